@@ -1,0 +1,135 @@
+"""Every number the UI shows: per-request timings and engine-wide snapshots.
+
+One clock everywhere: time.perf_counter(). TTFT = first token out - arrival (queue time included);
+TPOT = (last token time - first token time) / (output tokens - 1).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+now = time.perf_counter
+
+
+@dataclass(slots=True)
+class RequestTimings:
+    """Mutable while a request runs; frozen into RequestMetrics when it finishes."""
+
+    arrival: float = field(default_factory=now)
+    scheduled: float | None = None  # first step that computed any of its tokens
+    first_token: float | None = None
+    last_token: float | None = None
+    num_output_tokens: int = 0
+
+    def on_token(self, t: float | None = None) -> None:
+        t = now() if t is None else t
+        if self.first_token is None:
+            self.first_token = t
+        self.last_token = t
+        self.num_output_tokens += 1
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    num_prompt_tokens: int
+    num_cached_tokens: int  # prompt tokens whose KV came from the prefix cache
+    num_output_tokens: int
+    queue_time: float  # seconds from arrival to first scheduled step
+    ttft: float  # seconds; NaN when no token came out
+    tpot: float  # seconds per output token after the first; NaN with fewer than 2 tokens
+    num_preemptions: int = 0
+    load_seconds: float = 0.0  # model load time, for one-shot commands that include it
+
+    @property
+    def num_prefilled_tokens(self) -> int:
+        return self.num_prompt_tokens - self.num_cached_tokens
+
+    @classmethod
+    def from_timings(
+        cls, t: RequestTimings, num_prompt_tokens: int, num_cached_tokens: int, num_preemptions: int = 0,
+        load_seconds: float = 0.0,
+    ) -> "RequestMetrics":
+        nan = float("nan")
+        ttft = t.first_token - t.arrival if t.first_token is not None else nan
+        tpot = (
+            (t.last_token - t.first_token) / (t.num_output_tokens - 1)
+            if t.num_output_tokens > 1 and t.first_token is not None and t.last_token is not None
+            else nan
+        )
+        queue = (t.scheduled - t.arrival) if t.scheduled is not None else nan
+        return cls(num_prompt_tokens, num_cached_tokens, t.num_output_tokens, queue, ttft, tpot, num_preemptions,
+                   load_seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    """One engine step: what it computed and how long it took."""
+
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    seconds: float
+    bytes_read: int  # weights + KV read by the step (estimate), for achieved bandwidth
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A snapshot for the UI: blocks, queues, cache hits, recent latencies and throughput."""
+
+    num_blocks_total: int | None
+    num_blocks_used: int | None
+    num_blocks_cached_free: int | None  # refcount 0, still holding reusable prefix KV (LRU-evictable)
+    num_blocks_free: int | None
+    block_size: int | None
+    kv_bytes_per_token: int | None
+    num_running: int
+    num_waiting: int
+    prefix_cache_hit_rate: float  # cached prompt tokens / prompt tokens looked up, since start
+    recent_ttft: tuple[float, ...]
+    recent_tpot: tuple[float, ...]
+    decode_tokens_per_s: float  # over the recent window of decode steps
+    decode_bandwidth_gb_s: float  # bytes read per decode step / step time, recent window
+    num_preemptions: int = 0
+
+
+class StatsWindow:
+    """Recent history kept by the engine; snapshots are taken from it."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.ttft: deque[float] = deque(maxlen=size)
+        self.tpot: deque[float] = deque(maxlen=size)
+        self.decode_steps: deque[StepStats] = deque(maxlen=size)
+        self.num_prompt_tokens = 0
+        self.num_cached_tokens = 0
+        self.num_preemptions = 0
+
+    def add_request(self, m: RequestMetrics) -> None:
+        if m.ttft == m.ttft:  # not NaN
+            self.ttft.append(m.ttft)
+        if m.tpot == m.tpot:
+            self.tpot.append(m.tpot)
+
+    def add_lookup(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
+        self.num_prompt_tokens += num_prompt_tokens
+        self.num_cached_tokens += num_cached_tokens
+
+    def add_step(self, s: StepStats) -> None:
+        if s.num_decode_tokens and not s.num_prefill_tokens:
+            self.decode_steps.append(s)
+
+    def hit_rate(self) -> float:
+        return self.num_cached_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
+
+    def decode_rates(self) -> tuple[float, float]:
+        """(tokens/s, GB/s) over the recent pure-decode steps."""
+        seconds = sum(s.seconds for s in self.decode_steps)
+        if seconds <= 0:
+            return 0.0, 0.0
+        tokens = sum(s.num_decode_tokens for s in self.decode_steps)
+        return tokens / seconds, sum(s.bytes_read for s in self.decode_steps) / seconds / 1e9
+
+
+def median(values) -> float:
+    values = list(values)
+    return statistics.median(values) if values else float("nan")

@@ -1,0 +1,37 @@
+"""`llmchat ask`: one question, the reply streamed to stdout, timings to stderr."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def read_question(arg: str) -> str:
+    question = sys.stdin.read() if arg == "-" else arg
+    if not question.strip():
+        raise ValueError("the question is empty")
+    return question
+
+
+def run_ask(args: argparse.Namespace) -> int:
+    question = read_question(args.question)
+    from llmchat.core.ask import ask_stream
+    from llmchat.core.sampling import SamplingParams
+
+    params = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
+    )
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress)
+    for delta in stream:
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    if args.stats:
+        m = stream.metrics
+        print(
+            f"prompt {m.num_prompt_tokens} tokens, output {m.num_output_tokens} tokens; "
+            f"TTFT {m.ttft * 1000:.0f} ms, TPOT {m.tpot * 1000:.1f} ms (load {m.load_seconds:.2f} s)",
+            file=sys.stderr,
+        )
+    return 0

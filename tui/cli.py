@@ -1,0 +1,79 @@
+"""The `llmchat` command: the chat app by default, plus `ask`, `pull` and `bench`.
+
+Nothing heavy is imported at module level: torch and the engine load only when a command needs them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+EXIT_USAGE = 2
+
+
+def package_version() -> str:
+    try:
+        return version("llmchat")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmchat",
+        description="A terminal chat app with its own LLM inference engine (paged KV cache, prefix reuse).",
+    )
+    parser.add_argument("--version", action="version", version=f"llmchat {package_version()}")
+    model_args = argparse.ArgumentParser(add_help=False)
+    model_args.add_argument(
+        "--model", help="a .gguf file or a Hugging Face model folder (default: SmolLM2-135M-Instruct)"
+    )
+    model_args.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    ask = sub.add_parser("ask", parents=[model_args], help="ask one question; the reply streams to stdout")
+    ask.add_argument("question", help="the question, or - to read it from stdin")
+    ask.add_argument("--system", help="system prompt (default: the model's own)")
+    ask.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (default 0.7)")
+    ask.add_argument("--top-p", type=float, default=1.0)
+    ask.add_argument("--top-k", type=int, default=0)
+    ask.add_argument("--max-tokens", type=int, default=512)
+    ask.add_argument("--seed", type=int, default=None)
+    ask.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    ask.add_argument("--stats", action="store_true", help="print TTFT and TPOT to stderr")
+
+    sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "ask":
+            from llmchat.tui.ask import run_ask
+
+            return run_ask(args)
+        if args.command == "pull":
+            from llmchat.core.weights import pull_default_model
+
+            folder = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
+            print(f"default model ready in {folder}")
+            return 0
+        print("llmchat: the chat app is not built yet; try `llmchat ask \"...\"`", file=sys.stderr)
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # bad input and load failures: one line, no traceback
+        from llmchat.core.weights import ModelLoadError
+
+        if isinstance(e, (ModelLoadError, ValueError)):
+            print(f"llmchat: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
