@@ -1,0 +1,158 @@
+"""paged_prefill_attention: the new tokens of many sequences, packed, attend causally over their paged context.
+
+Sequence i's new tokens are q[cu_seqlens_q[i]:cu_seqlens_q[i+1]], the LAST q_len positions of its
+seq_len-token context; the K/V of all seq_len tokens (cached prefix and new tokens alike) are already in
+the cache. The grid is (sequence, query head, tile of BLOCK_M new tokens); a program walks the keys its
+tile may see, BLOCK_N at a time, looking every key's slot up in the block table, with an online softmax
+(FlashAttention) in fp32 and scores in the log2 domain.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from llmchat.kernels.triton_support import cdiv, check_launchable, jit, next_power_of_2, tl, upcast_dot
+
+
+@jit
+def _paged_prefill_attention_kernel(
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, cu_seqlens_q_ptr, seq_lens_ptr, out_ptr,
+    stride_q_tok, stride_q_head,
+    stride_cache_block, stride_cache_slot, stride_cache_head,
+    stride_bt_seq, stride_out_tok, stride_out_head,
+    qk_scale,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    DIM_PAD: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    q_head = tl.program_id(1)
+    tile = tl.program_id(2)
+    q_start = tl.load(cu_seqlens_q_ptr + seq).to(tl.int64)
+    q_len = tl.load(cu_seqlens_q_ptr + seq + 1).to(tl.int64) - q_start
+    if tile * BLOCK_M >= q_len:  # this sequence has fewer new tokens than the longest one
+        return
+    seq_len = tl.load(seq_lens_ptr + seq)
+    first_pos = seq_len - q_len  # context position of the first new token
+    kv_head = q_head // GROUP
+
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)  # new-token indices within the sequence
+    dims = tl.arange(0, DIM_PAD)
+    row_mask = rows < q_len
+    dim_mask = dims < HEAD_DIM
+    q_mask = row_mask[:, None] & dim_mask[None, :]
+    q_offs = (q_start + rows)[:, None] * stride_q_tok + q_head * stride_q_head + dims[None, :]
+    q = tl.load(q_ptr + q_offs, mask=q_mask, other=0.0)  # [BLOCK_M, DIM_PAD]
+    if UPCAST_DOT:
+        q = q.to(tl.float32)
+    q_pos = first_pos + rows  # [BLOCK_M]
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, DIM_PAD], tl.float32)
+    kv_end = tl.minimum(seq_len, first_pos + (tile + 1) * BLOCK_M)  # keys past the tile's last row are unseen
+    for n_start in range(0, kv_end, BLOCK_N):
+        n = n_start + tl.arange(0, BLOCK_N)  # key positions
+        n_mask = n < kv_end
+        block_ids = tl.load(block_tables_ptr + seq * stride_bt_seq + n // BLOCK_SIZE, mask=n_mask, other=0)
+        kv_offs = (block_ids.to(tl.int64)[:, None] * stride_cache_block + (n % BLOCK_SIZE)[:, None] * stride_cache_slot
+                   + kv_head * stride_cache_head + dims[None, :])
+        kv_mask = n_mask[:, None] & dim_mask[None, :]
+        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, DIM_PAD]
+        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, DIM_PAD]
+        p_dtype = v.dtype
+        if UPCAST_DOT:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale  # [BLOCK_M, BLOCK_N]
+        visible = (n[None, :] <= q_pos[:, None]) & n_mask[None, :]  # causal; key 0 is visible to every row
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        p = p.to(p_dtype).to(v.dtype)  # rounded like the values it weighs (FlashAttention's convention)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+
+    out = acc / l_i[:, None]
+    out_offs = (q_start + rows)[:, None] * stride_out_tok + q_head * stride_out_head + dims[None, :]
+    tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+def paged_prefill_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+    max_q_len: int | None = None, block_m: int | None = None, block_n: int | None = None,
+) -> torch.Tensor:
+    """q `[num_new_tokens, num_q_heads, head_dim]` packed over sequences; caches
+    `[num_blocks, block_size, num_kv_heads, head_dim]`; block_tables int32 `[num_seqs, max_blocks_per_seq]`;
+    cu_seqlens_q int32 `[num_seqs + 1]`; seq_lens int32 `[num_seqs]` (context length, new tokens included).
+    Returns out like q (contiguous). max_q_len saves a device sync; block_m / block_n override the tiling."""
+    check_launchable(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens)
+    num_tokens, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    num_seqs = seq_lens.shape[0]
+    assert k_cache.shape == v_cache.shape and k_cache.stride() == v_cache.stride()
+    assert k_cache.shape[3] == head_dim and num_q_heads % num_kv_heads == 0, (q.shape, k_cache.shape)
+    assert q.dtype == k_cache.dtype == v_cache.dtype, (q.dtype, k_cache.dtype)
+    assert q.stride(-1) == 1 and k_cache.stride(-1) == 1
+    assert block_tables.dim() == 2 and block_tables.shape[0] == num_seqs and block_tables.stride(1) == 1
+    assert block_tables.dtype == cu_seqlens_q.dtype == seq_lens.dtype == torch.int32
+    assert cu_seqlens_q.shape == (num_seqs + 1,)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_new_tokens, num_q_heads, head_dim]
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    if max_q_len is None:
+        max_q_len = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())
+    block_m = block_m or (64 if q.is_cuda else 32)
+    block_n = block_n or (64 if q.is_cuda else 32)
+    _paged_prefill_attention_kernel[(num_seqs, num_q_heads, cdiv(max_q_len, block_m))](
+        q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, out,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0), out.stride(0), out.stride(1),
+        scale * math.log2(math.e),
+        GROUP=num_q_heads // num_kv_heads,
+        HEAD_DIM=head_dim,
+        DIM_PAD=max(16, next_power_of_2(head_dim)),
+        BLOCK_SIZE=block_size,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        UPCAST_DOT=upcast_dot(q.dtype),
+    )
+    return out
+
+
+def paged_prefill_attention_ref(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+) -> torch.Tensor:
+    """Plain torch, one sequence at a time: gather its seq_len keys/values through the block table, then
+    softmax(q k^T * scale + causal mask) v in fp32, all heads at once (GQA via [kv_heads, group] views)."""
+    num_tokens, num_q_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    group = num_q_heads // num_kv_heads
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_new_tokens, num_q_heads, head_dim]
+    starts = cu_seqlens_q.tolist()
+    for i, seq_len in enumerate(seq_lens.tolist()):
+        q_start, q_end = starts[i], starts[i + 1]
+        q_len = q_end - q_start
+        if q_len == 0:
+            continue
+        blocks = block_tables[i, : cdiv(seq_len, block_size)].long()  # [num_blocks_used]
+        k = k_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len].float()  # [seq_len, kv_heads, dim]
+        v = v_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len].float()  # [seq_len, kv_heads, dim]
+        qi = q[q_start:q_end].float().reshape(q_len, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
+        scores = (qi @ k.permute(1, 2, 0).unsqueeze(1)) * scale  # [kv_heads, group, q_len, seq_len]
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)  # [q_len]
+        hidden = torch.arange(seq_len, device=q.device)[None, :] > q_pos[:, None]  # [q_len, seq_len]
+        probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+        oi = probs @ v.permute(1, 0, 2).unsqueeze(1)  # [kv_heads, group, q_len, head_dim]
+        out[q_start:q_end] = oi.permute(2, 0, 1, 3).reshape(q_len, num_q_heads, head_dim).to(q.dtype)
+    return out
