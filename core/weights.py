@@ -121,10 +121,7 @@ def _fetch_default_gguf(dest: Path, progress: Progress) -> None:
 
 def pull_default_model(progress: Progress | None = None) -> Path:
     """What `llmchat pull` runs: make sure the default GGUF is present and converted; return the folder."""
-    progress = progress or _quiet
-    folder = resolve_model(None, progress)
-    progress(f"default model ready: {folder}")
-    return folder
+    return resolve_model(None, progress)
 
 
 # ------------------------------------------------------------------------------------------------- resolving
@@ -148,8 +145,11 @@ def resolve_model(model: str | Path | None, progress: Progress | None = None) ->
 
 
 def _has_gguf_magic(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(4) == b"GGUF"
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError as e:
+        raise ModelLoadError(f"cannot read {path} ({e.strerror or e})") from e
 
 
 def _check_hf_folder(folder: Path) -> None:
@@ -171,15 +171,19 @@ def _converted_folder(gguf_path: Path, progress: Progress) -> Path:
     stat = gguf_path.stat()
     memo = _read_memo(root)
     entry = memo.get(str(gguf_path))
-    hit = bool(entry) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns
+    hit = (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+           and (entry.get("size"), entry.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns))
     if hit:
         digest = entry["sha256"]
     else:  # first sight of this file (or it changed): hash its content once
-        with open(gguf_path, "rb") as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        try:
+            with open(gguf_path, "rb") as f:
+                digest = hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError as e:
+            raise ModelLoadError(f"cannot read {gguf_path} ({e.strerror or e})") from e
     out = root / digest[:16]
     if not _is_complete(out):
-        progress(f"converting {gguf_path.name} into {out} (first load only)")
+        progress(f"converting {gguf_path.name} into {out} (first load only; takes a few seconds)")
         convert_gguf(gguf_path, out)
     if not hit:
         memo[str(gguf_path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
