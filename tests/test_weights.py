@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType as Q
 from safetensors.torch import save_file
 
 from llmchat.core import weights
-from llmchat.core.weights import ModelLoadError, convert_gguf, load_checkpoint, resolve_model
+from llmchat.core.weights import ModelLoadError, load_checkpoint, resolve_model
 
 HIDDEN, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, FFN, NUM_LAYERS = 32, 4, 2, 8, 64, 2
 CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
