@@ -209,11 +209,11 @@ def compile_chat_template(source: str) -> jinja2.Template:
 
 
 def _plain(value: Any) -> Any:
-    """Messages as plain JSON data (no caller objects with methods reach the sandbox); None-valued keys dropped."""
+    """Plain JSON data (no caller objects with methods reach the sandbox), as transformers passes it."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return f"<{type(value).__name__}>"
@@ -308,7 +308,8 @@ class Tokenizer:
             raise ValueError("cannot render a chat template for an empty conversation; add at least one message")
         variables = {**self.special_tokens, **_plain(kwargs)}
         try:
-            return self._template.render(messages=_plain(list(messages)), tools=None, documents=None,
+            plain_messages = [{k: v for k, v in _plain(m).items() if v is not None} for m in messages]
+            return self._template.render(messages=plain_messages, tools=None, documents=None,
                                          add_generation_prompt=add_generation_prompt, **variables)
         except jinja2.exceptions.TemplateError as e:  # includes SecurityError and the template's raise_exception
             raise ValueError(f"the chat template refused this conversation: {e}") from e

@@ -445,3 +445,15 @@ def test_unsupported_gguf_tokenizers_raise(tmp_path: Path, model: str, pre: str,
     reader = write_tiny_gguf(tmp_path / "tiny.gguf", model, pre, [])
     with pytest.raises(ValueError, match=message):
         tokenizer_files_from_gguf(reader)
+
+
+def test_converted_folder_loads_in_transformers_with_same_ids(ours: Tokenizer, tmp_path: Path,
+                                                             gguf_files: dict[str, str]) -> None:
+    transformers = pytest.importorskip("transformers")
+    folder = write_folder(tmp_path / "converted", gguf_files)
+    loaded = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    assert (loaded.bos_token, loaded.eos_token) == ("<|im_start|>", "<|im_end|>")
+    for text in make_corpus(seed=8, num_docs=50):
+        assert loaded.encode(text) == ours.encode(text), text
+    assert loaded.apply_chat_template(CHATS["multi-turn"], tokenize=False, add_generation_prompt=True) == (
+        ours.apply_chat_template(CHATS["multi-turn"]))
