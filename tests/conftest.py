@@ -15,3 +15,35 @@ def default_gguf() -> Path:
         return default_gguf_path(download=True)
     except ModelLoadError as e:  # offline and not cached: the model tests cannot run here
         pytest.skip(f"default model unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def default_model_dir(default_gguf) -> Path:
+    """The default model converted to a Hugging Face folder (in the user cache, like a real first start)."""
+    from llmchat.core.weights import resolve_model
+
+    return resolve_model(str(default_gguf))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(default_model_dir):
+    """A tiny random-weight Llama (2 layers, hidden 64, GQA 4:2) with the default model's real tokenizer.
+
+    Fast enough for engine and UI tests; its replies are gibberish but deterministic.
+    """
+    import torch
+
+    from llmchat.core.config import ModelConfig
+    from llmchat.core.loader import LoadedModel
+    from llmchat.core.model import build_model
+    from llmchat.core.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_dir(default_model_dir)
+    cfg = ModelConfig(
+        architecture="LlamaForCausalLM", vocab_size=tokenizer.vocab_size, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+        rope_theta=10000.0, max_position_embeddings=1024, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    model = build_model(cfg, None)
+    return LoadedModel(default_model_dir, cfg, model, tokenizer, 0.0)
