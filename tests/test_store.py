@@ -1,0 +1,175 @@
+"""core/store.py: chats, messages, token ids and per-turn metrics survive a reopen; one writer per data dir."""
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llmchat.core.metrics import RequestMetrics
+from llmchat.core.store import (
+    DEFAULT_TITLE, TITLE_MAX_CHARS, ChatSettings, ChatStore, DataDirInUse, StoredMessage, blob_to_ids, ids_to_blob,
+    metrics_from_json, metrics_to_json, title_from,
+)
+
+
+def metrics(rng: random.Random, tpot_nan: bool = False) -> RequestMetrics:
+    num_prompt = rng.randrange(1, 5000)
+    return RequestMetrics(
+        num_prompt_tokens=num_prompt, num_cached_tokens=rng.randrange(0, num_prompt),
+        num_output_tokens=rng.randrange(0, 600), queue_time=rng.random(), ttft=rng.random() * 3,
+        tpot=float("nan") if tpot_nan else rng.random() / 10, num_preemptions=rng.randrange(3),
+    )
+
+
+def same_metrics(a: RequestMetrics, b: RequestMetrics) -> bool:
+    def eq(x, y):
+        return (isinstance(x, float) and math.isnan(x) and math.isnan(y)) or x == y
+
+    return all(eq(getattr(a, f), getattr(b, f)) for f in a.__slots__)
+
+
+@given(st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), max_size=300))
+def test_token_ids_blob_round_trip(ids):
+    assert blob_to_ids(ids_to_blob(ids)) == ids
+
+
+def test_metrics_json_round_trip_keeps_nan():
+    rng = random.Random(1)
+    for nan in (False, True):
+        m = metrics(rng, tpot_nan=nan)
+        back = metrics_from_json(metrics_to_json(m))
+        assert same_metrics(m, back)
+    assert metrics_to_json(None) is None and metrics_from_json(None) is None
+
+
+def test_title_from_first_line():
+    assert title_from("\n\n  What is   the capital\tof France?\nmore") == "What is the capital of France?"
+    long = "word " * 40
+    t = title_from(long)
+    assert len(t) == TITLE_MAX_CHARS and t.endswith("…")
+    assert title_from("   \n ") == DEFAULT_TITLE
+
+
+def test_chat_round_trip_after_reopen(tmp_path):
+    rng = random.Random(7)
+    token_ids = [rng.randrange(49152) for _ in range(rng.randrange(100, 2000))]
+    m1, m2 = metrics(rng), metrics(rng, tpot_nan=True)
+    with ChatStore(tmp_path) as store:
+        chat = store.create_chat(ChatSettings("Be terse.", 0.2, 0.9, 64))
+        assert chat.title == DEFAULT_TITLE and chat.title_auto and chat.token_ids == []
+        store.add_message(chat.chat_id, StoredMessage("user", "Hello [bold]there[/bold]\x1b[31m"))
+        reply = StoredMessage("assistant", "", status="streaming")
+        store.add_message(chat.chat_id, reply)
+        reply.content, reply.status, reply.finish_reason, reply.metrics = "Hi!", "done", "stop", m1
+        store.finish_turn(chat.chat_id, reply, token_ids[:50])
+        store.add_message(chat.chat_id, StoredMessage("user", "second"))
+        reply2 = StoredMessage("assistant", "", status="streaming")
+        store.add_message(chat.chat_id, reply2)
+        reply2.content, reply2.status, reply2.finish_reason, reply2.metrics = "cut", "stopped", "abort", m2
+        store.finish_turn(chat.chat_id, reply2, token_ids)
+    with ChatStore(tmp_path) as store:
+        back = store.load_chat(chat.chat_id)
+    assert back.title == "Hello [bold]there[/bold]\x1b[31m"  # raw text kept; display sanitises
+    assert back.settings == ChatSettings("Be terse.", 0.2, 0.9, 64)
+    assert back.token_ids == token_ids
+    assert [(m.role, m.content, m.status, m.finish_reason) for m in back.messages] == [
+        ("user", "Hello [bold]there[/bold]\x1b[31m", "done", None),
+        ("assistant", "Hi!", "done", "stop"),
+        ("user", "second", "done", None),
+        ("assistant", "cut", "stopped", "abort"),
+    ]
+    assert same_metrics(back.messages[1].metrics, m1) and same_metrics(back.messages[3].metrics, m2)
+    assert back.messages[0].metrics is None
+
+
+def test_streaming_reply_survives_a_crash_as_interrupted(tmp_path):
+    store = ChatStore(tmp_path)
+    chat = store.create_chat()
+    store.add_message(chat.chat_id, StoredMessage("user", "tell me a story"))
+    reply = StoredMessage("assistant", "", status="streaming")
+    store.add_message(chat.chat_id, reply)
+    store.save_progress(chat.chat_id, reply.message_id, "Once upon", [5, 6, 7, 8])
+    store.close()  # no finish_turn: as if the process had died mid-reply
+    with ChatStore(tmp_path) as store:
+        back = store.load_chat(chat.chat_id)
+    assert back.messages[-1].content == "Once upon" and back.messages[-1].status == "interrupted"
+    assert back.token_ids == [5, 6, 7, 8]
+
+
+def test_titles_rename_list_order_and_delete(tmp_path):
+    with ChatStore(tmp_path) as store:
+        a = store.create_chat()
+        b = store.create_chat()
+        store.add_message(a.chat_id, StoredMessage("user", "first question"))
+        store.add_message(a.chat_id, StoredMessage("user", "not the title"))
+        assert store.load_chat(a.chat_id).title == "first question"
+        assert [c.chat_id for c in store.list_chats()] == [a.chat_id, b.chat_id]  # a was active last
+        store.rename_chat(b.chat_id, "  My   chat ")
+        store.add_message(b.chat_id, StoredMessage("user", "would have titled it"))
+        assert store.load_chat(b.chat_id).title == "My chat"
+        assert [c.chat_id for c in store.list_chats()] == [b.chat_id, a.chat_id]
+        assert {c.chat_id: c.num_messages for c in store.list_chats()} == {a.chat_id: 2, b.chat_id: 1}
+        with pytest.raises(ValueError, match="empty"):
+            store.rename_chat(a.chat_id, "  ")
+        store.delete_chat(a.chat_id)
+        assert [c.chat_id for c in store.list_chats()] == [b.chat_id]
+        with pytest.raises(LookupError, match=str(a.chat_id)):
+            store.load_chat(a.chat_id)
+        with pytest.raises(LookupError):
+            store.rename_chat(a.chat_id, "x")
+        remaining = store._db.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (a.chat_id,)).fetchone()[0]
+        assert remaining == 0  # messages went with their chat
+
+
+def test_settings_and_app_settings(tmp_path):
+    with ChatStore(tmp_path) as store:
+        chat = store.create_chat()
+        assert store.load_chat(chat.chat_id).settings == ChatSettings()
+        store.update_settings(chat.chat_id, ChatSettings(None, 0.0, 0.5, 10))
+        store.set_setting("theme", "textual-light")
+    with ChatStore(tmp_path) as store:
+        assert store.load_chat(chat.chat_id).settings == ChatSettings(None, 0.0, 0.5, 10)
+        assert store.get_setting("theme") == "textual-light" and store.get_setting("missing", "d") == "d"
+
+
+def test_failed_write_changes_nothing(tmp_path):
+    with ChatStore(tmp_path) as store:
+        chat = store.create_chat()
+        before = store.list_chats()
+        with pytest.raises(sqlite3.IntegrityError):
+            store.add_message(chat.chat_id + 99, StoredMessage("user", "orphan"))  # no such chat: FK fails
+        assert store.list_chats() == before
+        assert store._db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
+
+
+def test_one_writer_per_data_dir_and_readers_allowed(tmp_path):
+    store = ChatStore(tmp_path)
+    chat = store.create_chat()
+    with pytest.raises(DataDirInUse, match="--data-dir"):
+        ChatStore(tmp_path)
+    code = (
+        "import sys; from llmchat.core.store import ChatStore, DataDirInUse\n"
+        "try:\n    ChatStore(sys.argv[1])\nexcept DataDirInUse as e:\n    print(e); sys.exit(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "in use by another llmchat" in proc.stdout
+    with ChatStore(tmp_path, readonly=True) as reader:  # export reads while the app runs
+        assert [c.chat_id for c in reader.list_chats()] == [chat.chat_id]
+    assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    store.close()
+    ChatStore(tmp_path).close()  # the lock went with the first store
+
+
+def test_readonly_needs_an_existing_store_and_newer_schema_is_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--data-dir"):
+        ChatStore(tmp_path / "nowhere", readonly=True)
+    with ChatStore(tmp_path) as store:
+        store._db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(RuntimeError, match="newer llmchat"):
+        ChatStore(tmp_path)
