@@ -119,10 +119,12 @@ def _pick_num_splits(num_seqs: int, num_kv_heads: int, max_blocks: int, block_si
 def paged_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     seq_lens: torch.Tensor, scale: float, num_splits: int | None = None, block_n: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q `[num_seqs, num_q_heads, head_dim]`; caches `[num_blocks, block_size, num_kv_heads, head_dim]`;
     block_tables int32 `[num_seqs, max_blocks_per_seq]`; seq_lens int32 `[num_seqs]` (>= 1, the current
-    token included). Returns out like q (contiguous). num_splits / block_n override the tuning (tests)."""
+    token included). Returns out like q (contiguous; written into `out` when given). num_splits / block_n
+    override the tuning (tests)."""
     check_launchable(q, k_cache, v_cache, block_tables, seq_lens)
     num_seqs, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -133,7 +135,9 @@ def paged_decode_attention(
     assert block_size >= 16 and block_size & (block_size - 1) == 0, "block_size must be a power of 2, >= 16"
     assert block_tables.dim() == 2 and block_tables.shape[0] == num_seqs and block_tables.stride(1) == 1
     assert block_tables.dtype == torch.int32 and seq_lens.dtype == torch.int32 and seq_lens.shape == (num_seqs,)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_seqs, num_q_heads, head_dim]
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_seqs, num_q_heads, head_dim]
+    assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1
     if num_seqs == 0:
         return out
     group = num_q_heads // num_kv_heads

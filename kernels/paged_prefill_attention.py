@@ -89,11 +89,13 @@ def paged_prefill_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     max_q_len: int | None = None, block_m: int | None = None, block_n: int | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q `[num_new_tokens, num_q_heads, head_dim]` packed over sequences; caches
     `[num_blocks, block_size, num_kv_heads, head_dim]`; block_tables int32 `[num_seqs, max_blocks_per_seq]`;
     cu_seqlens_q int32 `[num_seqs + 1]`; seq_lens int32 `[num_seqs]` (context length, new tokens included).
-    Returns out like q (contiguous). max_q_len saves a device sync; block_m / block_n override the tiling."""
+    Returns out like q (contiguous; written into `out` when given). max_q_len saves a device sync;
+    block_m / block_n override the tiling."""
     check_launchable(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens)
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -105,7 +107,9 @@ def paged_prefill_attention(
     assert block_tables.dim() == 2 and block_tables.shape[0] == num_seqs and block_tables.stride(1) == 1
     assert block_tables.dtype == cu_seqlens_q.dtype == seq_lens.dtype == torch.int32
     assert cu_seqlens_q.shape == (num_seqs + 1,)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_new_tokens, num_q_heads, head_dim]
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_new_tokens, num_q_heads, head_dim]
+    assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1
     if num_tokens == 0 or num_seqs == 0:
         return out
     if max_q_len is None:

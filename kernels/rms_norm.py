@@ -35,10 +35,11 @@ def _rms_norm_kernel(
 
 
 def rms_norm(
-    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """x `[..., hidden]`, weight `[hidden]`. Without residual: the normed x. With residual: h = x + residual
-    and returns `(normed h, h)`."""
+    and returns `(normed h, h)`. Results go to fresh tensors, or to contiguous `out` / `residual_out`."""
     tensors = (x, weight) if residual is None else (x, weight, residual)
     check_launchable(*tensors)
     hidden = x.shape[-1]
@@ -46,25 +47,26 @@ def rms_norm(
     assert x.stride(-1) == 1 and weight.stride(0) == 1
     x2 = x.reshape(-1, hidden)  # [num_rows, hidden]
     num_rows = x2.shape[0]
-    out = torch.empty_like(x2)  # [num_rows, hidden]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out  # [..., hidden]
+    assert out.shape == x.shape and out.dtype == x.dtype and out.is_contiguous()
     if residual is not None:
         assert residual.shape == x.shape and residual.dtype == x.dtype, (residual.shape, residual.dtype)
         r2 = residual.reshape(-1, hidden)  # [num_rows, hidden]
         assert r2.stride(-1) == 1
-        residual_out = torch.empty_like(x2)  # [num_rows, hidden]
+        if residual_out is None:
+            residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # [..., hidden]
+        assert residual_out.shape == x.shape and residual_out.dtype == x.dtype and residual_out.is_contiguous()
     else:
         r2, residual_out = x2, out  # unused by the kernel
     if num_rows > 0:
         _rms_norm_kernel[(num_rows,)](
             x2, r2, weight, out, residual_out,
-            x2.stride(0), r2.stride(0), out.stride(0), residual_out.stride(0),
+            x2.stride(0), r2.stride(0), hidden, hidden,
             hidden, eps,
             HAS_RESIDUAL=residual is not None,
             BLOCK=next_power_of_2(hidden),
         )
-    if residual is None:
-        return out.view(x.shape)
-    return out.view(x.shape), residual_out.view(x.shape)
+    return out if residual is None else (out, residual_out)
 
 
 def rms_norm_ref(

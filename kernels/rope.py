@@ -57,11 +57,12 @@ def _rope_kernel(
 
 
 def rope(
-    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+    q_out: torch.Tensor | None = None, k_out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """q `[num_tokens, num_q_heads, head_dim]`, k `[num_tokens, num_kv_heads, head_dim]` (any token/head
     strides), positions int `[num_tokens]`, cos_sin_cache fp32 `[max_positions, head_dim]`
-    (see rope_cos_sin_cache). Returns new, contiguous (q, k) with the rotation applied."""
+    (see rope_cos_sin_cache). Returns (q, k) rotated, in new contiguous tensors or in q_out / k_out."""
     check_launchable(q, k, positions, cos_sin_cache)
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
@@ -70,8 +71,12 @@ def rope(
     assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.shape[1] == head_dim, cos_sin_cache.shape
     assert cos_sin_cache.stride(1) == 1 and q.stride(-1) == 1 and k.stride(-1) == 1
     assert head_dim % 2 == 0, head_dim
-    q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_tokens, num_q_heads, head_dim]
-    k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)  # [num_tokens, num_kv_heads, head_dim]
+    if q_out is None:
+        q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_tokens, num_q_heads, head_dim]
+    if k_out is None:
+        k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)  # [num_tokens, num_kv_heads, head_dim]
+    assert q_out.shape == q.shape and k_out.shape == k.shape and q_out.dtype == k_out.dtype == q.dtype
+    assert q_out.stride(-1) == 1 and k_out.stride(-1) == 1
     if num_tokens > 0:
         _rope_kernel[(num_tokens,)](
             q, k, q_out, k_out, positions, cos_sin_cache,

@@ -1,0 +1,105 @@
+"""The one dispatch point for the engine's kernels: Triton on CUDA tensors, the torch reference otherwise.
+
+Choice of backend, first match wins:
+  1. the `backend` argument ("triton" or "torch");
+  2. the environment variable LLMCHAT_KERNEL_BACKEND ("triton" or "torch");
+  3. CUDA tensors (and `triton` installed) -> "triton"; anything else -> "torch".
+"triton" on CPU tensors runs Triton's interpreter (TRITON_INTERPRET=1, the default on machines
+without CUDA, see triton_support.py): slow, meant for tests.
+
+On CPU the torch references ARE the production path; they are plain, batched torch.
+"""
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import torch
+
+from llmchat.kernels import paged_decode_attention as _decode
+from llmchat.kernels import paged_prefill_attention as _prefill
+from llmchat.kernels import rms_norm as _rms_norm
+from llmchat.kernels import rope as _rope
+from llmchat.kernels import store_kv as _store_kv
+from llmchat.kernels.rope import rope_cos_sin_cache
+from llmchat.kernels.triton_support import HAS_TRITON
+
+__all__ = [
+    "BACKEND_ENV", "Backend", "resolve_backend", "store_kv", "paged_decode_attention",
+    "paged_prefill_attention", "rms_norm", "rope", "rope_cos_sin_cache",
+]
+
+Backend = Literal["triton", "torch"]
+BACKEND_ENV = "LLMCHAT_KERNEL_BACKEND"
+
+
+def resolve_backend(backend: str | None, device: torch.device) -> Backend:
+    """Which implementation runs for tensors on `device` (see the module docstring for the order)."""
+    choice = backend or os.environ.get(BACKEND_ENV) or None
+    if choice is None:
+        return "triton" if device.type == "cuda" and HAS_TRITON else "torch"
+    if choice not in ("triton", "torch"):
+        source = "backend argument" if backend else BACKEND_ENV
+        raise ValueError(f"unknown kernel backend {choice!r} (from the {source}): use 'triton' or 'torch'")
+    return choice  # type: ignore[return-value]
+
+
+def store_kv(
+    k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+    backend: str | None = None,
+) -> None:
+    """Write k, v `[num_tokens, num_kv_heads, head_dim]` into the paged caches
+    `[num_blocks, block_size, num_kv_heads, head_dim]` at slot_mapping `[num_tokens]`
+    (slot = block_id * block_size + offset; -1 skips the token). In place."""
+    if resolve_backend(backend, k.device) == "triton":
+        _store_kv.store_kv(k, v, k_cache, v_cache, slot_mapping)
+    else:
+        _store_kv.store_kv_ref(k, v, k_cache, v_cache, slot_mapping)
+
+
+def paged_decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    seq_lens: torch.Tensor, scale: float, backend: str | None = None,
+) -> torch.Tensor:
+    """One query token per sequence, q `[num_seqs, num_q_heads, head_dim]`, over its seq_lens[i] cached
+    tokens (the current one included) read through block_tables int32 `[num_seqs, max_blocks_per_seq]`.
+    Returns `[num_seqs, num_q_heads, head_dim]` in q's dtype."""
+    if resolve_backend(backend, q.device) == "triton":
+        return _decode.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale)
+    return _decode.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scale)
+
+
+def paged_prefill_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+    cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float, backend: str | None = None,
+    max_q_len: int | None = None,
+) -> torch.Tensor:
+    """Packed new tokens q `[num_new_tokens, num_q_heads, head_dim]` (sequence i owns rows
+    cu_seqlens_q[i]:cu_seqlens_q[i+1], the last positions of its seq_lens[i]-token context, all of whose
+    K/V are already stored) attend causally. max_q_len, when the caller knows it, spares Triton a sync."""
+    if resolve_backend(backend, q.device) == "triton":
+        return _prefill.paged_prefill_attention(
+            q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_q_len=max_q_len
+        )
+    return _prefill.paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale)
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None,
+    backend: str | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Without residual: weight * x / rms(x). With residual: h = x + residual, returns (weight * h / rms(h), h)."""
+    if resolve_backend(backend, x.device) == "triton":
+        return _rms_norm.rms_norm(x, weight, eps, residual)
+    return _rms_norm.rms_norm_ref(x, weight, eps, residual)
+
+
+def rope(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate-half RoPE of q `[num_tokens, num_q_heads, head_dim]` and k `[num_tokens, num_kv_heads, head_dim]`
+    at positions `[num_tokens]`, with cos_sin_cache from rope_cos_sin_cache. Returns new (q, k)."""
+    if resolve_backend(backend, q.device) == "triton":
+        return _rope.rope(q, k, positions, cos_sin_cache)
+    return _rope.rope_ref(q, k, positions, cos_sin_cache)
