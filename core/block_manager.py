@@ -96,8 +96,8 @@ class BlockManager:
 
     # -- allocation -------------------------------------------------------------------------
     def can_allocate(self, seq: Sequence, num_new_tokens: int, cached_ids: Seq[int] = ()) -> bool:
-        needed = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
-        needed -= len(cached_ids)
+        num_computed = len(cached_ids) * self.block_size if cached_ids else seq.num_computed_tokens  # as allocate sets it
+        needed = self.num_blocks_for(num_computed + num_new_tokens) - len(seq.block_table) - len(cached_ids)
         revived = sum(1 for b in cached_ids if self.blocks[b].ref_count == 0)  # they leave the free pool
         return needed <= self.num_free_blocks - revived
 
