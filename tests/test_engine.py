@@ -1,0 +1,194 @@
+"""The paged engine against the dense reference: same greedy tokens with prefix hits, chunked prefill,
+preemption; chats reuse their past; bad input is refused cleanly."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from llmchat.core.chat import Chat
+from llmchat.core.config import EngineConfig
+from llmchat.core.dense import generate_dense
+from llmchat.core.engine import LLMEngine
+from llmchat.core.events import Finished, TextDelta
+from llmchat.core.loader import load_model
+from llmchat.core.sampling import SamplingParams
+from llmchat.core.sequence import FinishReason
+from llmchat.core.service import EngineService
+
+QUESTIONS = [
+    "What is the capital of France? Answer in one sentence.",
+    "Write a haiku about the sea.",
+    "What is 2+2?",
+    "Name three colors.",
+    "Give me a tip for learning to code.",
+    "What is a black hole?",
+    "Say hello in Spanish.",
+    "Why is the sky blue? One sentence.",
+]
+GREEDY = SamplingParams(temperature=0, max_tokens=24)
+KV_BYTES_PER_BLOCK_SMOLLM = 46080 * 16
+
+
+@pytest.fixture(scope="module")
+def real_model(default_model_dir):
+    return load_model(default_model_dir)
+
+
+def run_to_end(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]]) -> list[Finished]:
+    ids = [engine.add_request(p, params) for p, params in requests]
+    done: dict[int, Finished] = {}
+    texts: dict[int, list[str]] = {i: [] for i in ids}
+    for _ in range(10_000):
+        if not engine.has_work:
+            break
+        for event in engine.step():
+            if isinstance(event, TextDelta):
+                texts[event.request_id].append(event.text)
+            else:
+                done[event.request_id] = event
+    assert set(done) == set(ids), "every request finishes"
+    for i in ids:  # the streamed deltas add up to the final text
+        assert "".join(texts[i]) == done[i].text
+    engine.block_manager.check_invariants()
+    assert engine.block_manager.num_used_blocks == 0, "no block leaks once everything finished"
+    return [done[i] for i in ids]
+
+
+def dense_outputs(loaded, prompts, params=GREEDY) -> list[tuple[int, ...]]:
+    return [tuple(generate_dense(loaded.model, p, params, loaded.tokenizer.stop_token_ids)) for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def real_prompts(real_model):
+    return [real_model.tokenizer.encode_chat([{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def real_expected(real_model, real_prompts):
+    return dense_outputs(real_model, real_prompts)
+
+
+@pytest.mark.slow
+def test_batch_of_8_matches_dense_with_prefix_hits(real_model, real_prompts, real_expected):
+    engine = LLMEngine(real_model, EngineConfig(kv_cache_bytes=256 * KV_BYTES_PER_BLOCK_SMOLLM))
+    run_to_end(engine, [(real_prompts[0], GREEDY)])  # warms the shared system-prompt blocks
+    results = run_to_end(engine, [(p, GREEDY) for p in real_prompts])
+    assert [r.output_ids for r in results] == real_expected
+    assert all(r.metrics.num_cached_tokens >= 16 for r in results), "the shared system prompt is reused"
+    assert results[0].metrics.num_cached_tokens == (len(real_prompts[0]) - 1) // 16 * 16
+
+
+@pytest.mark.slow
+def test_batch_matches_dense_with_chunked_prefill(real_model, real_prompts, real_expected):
+    engine = LLMEngine(real_model, EngineConfig(max_num_batched_tokens=20, enable_prefix_caching=False))
+    results = run_to_end(engine, [(p, GREEDY) for p in real_prompts])
+    assert [r.output_ids for r in results] == real_expected
+
+
+@pytest.mark.slow
+def test_batch_matches_dense_under_preemption(real_model, real_prompts, real_expected):
+    engine = LLMEngine(real_model, EngineConfig(kv_cache_bytes=10 * KV_BYTES_PER_BLOCK_SMOLLM))
+    results = run_to_end(engine, [(p, GREEDY) for p in real_prompts])
+    assert [r.output_ids for r in results] == real_expected
+    assert sum(r.metrics.num_preemptions for r in results) > 0, "a tiny KV budget forces preemption"
+
+
+def chat_turns(loaded, config: EngineConfig, turns: list[str]) -> list[Finished]:
+    engine = LLMEngine(loaded, config)
+    chat = Chat.new()
+    out = []
+    for text in turns:
+        prompt = chat.prompt_for(loaded.tokenizer, text)
+        assert prompt[: len(chat.token_ids)] == chat.token_ids, "the next prompt extends the chat's exact ids"
+        (result,) = run_to_end(engine, [(prompt, SamplingParams(temperature=0, max_tokens=12))])
+        chat.record_turn(text, prompt, list(result.output_ids), result.text)
+        out.append((len(prompt), result))
+    return out
+
+
+@pytest.mark.slow
+def test_chat_turns_reuse_the_past_and_match_cache_off(real_model):
+    turns = ["Hi! Who are you?", "What can you do?", "Tell me a fun fact.", "Thanks!"]
+    on = chat_turns(real_model, EngineConfig(), turns)
+    off = chat_turns(real_model, EngineConfig(enable_prefix_caching=False), turns)
+    assert [r.output_ids for _, r in on] == [r.output_ids for _, r in off]
+    for (prev_prompt_len, prev), (_, cur) in zip(on, on[1:]):
+        # every full block of the previous turn's prompt and reply is served from the cache; the reply's
+        # last token (sampled, then the turn ended) has no KV yet, so it cannot complete a block
+        previous_computed = prev_prompt_len + len(prev.output_ids) - 1
+        assert cur.metrics.num_cached_tokens == previous_computed // 16 * 16
+    assert all(r.metrics.num_cached_tokens == 0 for _, r in off)
+
+
+def test_chats_sharing_a_system_prompt_share_blocks(tiny_model):
+    engine = LLMEngine(tiny_model, EngineConfig())
+    system = "You are a careful assistant. " * 8  # several full blocks
+    prompts = [Chat.new(system).prompt_for(tiny_model.tokenizer, q) for q in ("one?", "two?")]
+    long_params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    first = engine.add_request(prompts[0], long_params)
+    for _ in range(3):
+        engine.step()
+    second = engine.add_request(prompts[1], long_params)
+    engine.step()
+    shared = set(engine.blocks_of(first)) & set(engine.blocks_of(second))
+    common = next(i for i, (a, b) in enumerate(zip(*prompts)) if a != b)
+    assert len(shared) == common // 16
+    assert all(engine.block_manager.blocks[b].ref_count == 2 for b in shared)
+
+
+# -- bad input --------------------------------------------------------------------------------
+def test_refusals_are_events_and_do_not_disturb_others(tiny_model):
+    engine = LLMEngine(tiny_model, EngineConfig())
+    ok_prompt = tiny_model.tokenizer.encode("hello there")
+    too_long = [5] * (tiny_model.config.max_position_embeddings + 10)
+    results = run_to_end(engine, [(ok_prompt, GREEDY), ([], GREEDY), (too_long, GREEDY)])
+    assert results[0].reason in (FinishReason.STOP, FinishReason.LENGTH) and results[0].error is None
+    assert results[1].reason is FinishReason.ERROR and "empty" in results[1].error
+    assert results[2].reason is FinishReason.ERROR and "context" in results[2].error
+    alone = run_to_end(LLMEngine(tiny_model, EngineConfig()), [(ok_prompt, GREEDY)])
+    assert results[0].output_ids == alone[0].output_ids
+
+
+def test_kv_budget_smaller_than_one_sequence(tiny_model):
+    per_block = tiny_model.config.kv_bytes_per_token(4) * 16
+    with pytest.raises(ValueError, match="kv-cache-gb"):
+        LLMEngine(tiny_model, EngineConfig(kv_cache_bytes=per_block - 1))
+    engine = LLMEngine(tiny_model, EngineConfig(kv_cache_bytes=2 * per_block))
+    results = run_to_end(engine, [([7] * 40, GREEDY), ([7] * 10, SamplingParams(temperature=0, max_tokens=100))])
+    assert results[0].reason is FinishReason.ERROR and "kv-cache-gb" in results[0].error
+    assert results[1].reason is FinishReason.LENGTH and results[1].metrics.num_output_tokens == 32 - 10 + 1
+
+
+def test_service_cancel_shutdown_and_threads(tiny_model):
+    service = EngineService(LLMEngine(tiny_model, EngineConfig()))
+    prompt = tiny_model.tokenizer.encode("count with me")
+    endless = SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True)
+    handles = []
+    threads = [threading.Thread(target=lambda: handles.append(service.submit(prompt, endless))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    events = iter(handles[0])
+    assert isinstance(next(events), TextDelta)  # it streams
+    assert service.cancel(handles[0]) is True
+    result = handles[0].wait(30)
+    assert result.reason is FinishReason.ABORT and result.metrics.num_output_tokens >= 1
+    assert service.cancel(handles[0]) is False, "cancelling a finished request does nothing"
+    short = service.submit(prompt, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    assert short.wait(30).reason is FinishReason.LENGTH
+    stats = service.stats()
+    assert stats.num_running + stats.num_waiting >= 2 and stats.num_blocks_used > 0
+    service.shutdown()
+    assert all(h.wait(30).reason is FinishReason.ABORT for h in handles[1:])
+    with pytest.raises(RuntimeError, match="shut down"):
+        service.submit(prompt, endless)
+
+
+def test_seeded_sampling_is_reproducible(tiny_model):
+    prompt = tiny_model.tokenizer.encode("tell me something")
+    params = SamplingParams(temperature=1.0, top_p=0.9, seed=1234, max_tokens=16, ignore_eos=True)
+    a = run_to_end(LLMEngine(tiny_model, EngineConfig()), [(prompt, params)])[0]
+    b = run_to_end(LLMEngine(tiny_model, EngineConfig()), [(prompt, params), (prompt, GREEDY)])[0]
+    assert a.output_ids == b.output_ids
