@@ -186,7 +186,7 @@ def paged_decode_attention_ref(
     seq_lens: torch.Tensor, scale: float,
 ) -> torch.Tensor:
     """Plain torch, batched: gather every sequence's K/V through its block table at once, mask positions
-    past seq_len, softmax(q k^T * scale) v in fp32. GQA by viewing q as [seqs, kv_heads, group, dim]."""
+    past seq_len, softmax(q k^T * scale) v in fp32. GQA by viewing q as [kv_heads, seqs, group, dim]."""
     num_seqs, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_q_heads // num_kv_heads
@@ -195,16 +195,17 @@ def paged_decode_attention_ref(
     num_blocks_used = cdiv(int(seq_lens.max()), block_size)
     blocks = block_tables[:, :num_blocks_used].long().clamp(min=0)  # [num_seqs, num_blocks_used]; padding ignored
     max_len = num_blocks_used * block_size
-    valid = torch.arange(max_len, device=q.device) < seq_lens[:, None]  # [num_seqs, max_len]
+    hidden = torch.arange(max_len, device=q.device) >= seq_lens[:, None]  # [num_seqs, max_len]
 
     def gather(cache: torch.Tensor) -> torch.Tensor:
-        x = cache[blocks].reshape(num_seqs, max_len, num_kv_heads, head_dim)  # [num_seqs, max_len, kv_heads, dim]
-        x = x.float().masked_fill(~valid[:, :, None, None], 0.0)  # stale slots may hold anything, NaN included
-        return x.transpose(1, 2)  # [num_seqs, kv_heads, max_len, head_dim]
+        x = cache.index_select(0, blocks.flatten())  # [num_seqs * num_blocks_used, block_size, kv_heads, dim]
+        x = x.view(-1, num_kv_heads, head_dim).transpose(0, 1).contiguous()  # [kv_heads, num_seqs * max_len, dim]
+        return x.view(num_kv_heads, num_seqs, max_len, head_dim).float()
 
-    k, v = gather(k_cache), gather(v_cache)
-    qg = q.float().reshape(num_seqs, num_kv_heads, group, head_dim)  # [num_seqs, kv_heads, group, head_dim]
-    scores = (qg @ k.transpose(-1, -2)) * scale  # [num_seqs, kv_heads, group, max_len]
-    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v  # [num_seqs, kv_heads, group, head_dim]
-    return out.reshape(num_seqs, num_q_heads, head_dim).to(q.dtype)
+    k, v = gather(k_cache), gather(v_cache)  # each [kv_heads, num_seqs, max_len, head_dim]
+    v.masked_fill_(hidden[None, :, :, None], 0.0)  # stale slots may hold anything, NaN included (0 * NaN = NaN)
+    qg = q.float().reshape(num_seqs, num_kv_heads, group, head_dim).transpose(0, 1)  # [kv_heads, seqs, group, dim]
+    scores = (qg @ k.transpose(-1, -2)).mul_(scale)  # [kv_heads, num_seqs, group, max_len]
+    scores.masked_fill_(hidden[None, :, None, :], float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v  # [kv_heads, num_seqs, group, head_dim]
+    return out.transpose(0, 1).reshape(num_seqs, num_q_heads, head_dim).to(q.dtype)

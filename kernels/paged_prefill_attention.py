@@ -135,28 +135,42 @@ def paged_prefill_attention(
 
 def paged_prefill_attention_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-    cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+    cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float, max_score_bytes: int = 2 << 20,
 ) -> torch.Tensor:
     """Plain torch, one sequence at a time: gather its seq_len keys/values through the block table, then
-    softmax(q k^T * scale + causal mask) v in fp32, all heads at once (GQA via [kv_heads, group] views)."""
+    softmax(q k^T * scale + causal mask) v in fp32, all heads in one batched matmul (GQA: each KV head's
+    query heads stacked as rows). Queries go in chunks (>= 16 rows) whose fp32 scores stay under
+    max_score_bytes, each against only the keys it can see: long prompts need bounded memory and half the
+    work, and the scores stay in cache (on 2 CPU threads, 2 MB chunks ran a 2048-token prompt ~4x faster
+    than one 2048 x 2048 score matrix, on par with SDPA's fused CPU kernel)."""
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_q_heads // num_kv_heads
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_new_tokens, num_q_heads, head_dim]
     starts = cu_seqlens_q.tolist()
     for i, seq_len in enumerate(seq_lens.tolist()):
-        q_start, q_end = starts[i], starts[i + 1]
-        q_len = q_end - q_start
+        q_len = starts[i + 1] - starts[i]
         if q_len == 0:
             continue
         blocks = block_tables[i, : cdiv(seq_len, block_size)].long()  # [num_blocks_used]
-        k = k_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len].float()  # [seq_len, kv_heads, dim]
-        v = v_cache[blocks].reshape(-1, num_kv_heads, head_dim)[:seq_len].float()  # [seq_len, kv_heads, dim]
-        qi = q[q_start:q_end].float().reshape(q_len, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
-        scores = (qi @ k.permute(1, 2, 0).unsqueeze(1)) * scale  # [kv_heads, group, q_len, seq_len]
-        q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)  # [q_len]
-        hidden = torch.arange(seq_len, device=q.device)[None, :] > q_pos[:, None]  # [q_len, seq_len]
-        probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
-        oi = probs @ v.permute(1, 0, 2).unsqueeze(1)  # [kv_heads, group, q_len, head_dim]
-        out[q_start:q_end] = oi.permute(2, 0, 1, 3).reshape(q_len, num_q_heads, head_dim).to(q.dtype)
+
+        def gather(cache: torch.Tensor) -> torch.Tensor:
+            x = cache.index_select(0, blocks).view(-1, num_kv_heads, head_dim)[:seq_len]  # [seq_len, kv_heads, dim]
+            return x.transpose(0, 1).contiguous().float()  # [kv_heads, seq_len, head_dim]
+
+        k, v = gather(k_cache), gather(v_cache)
+        chunk = max(16, max_score_bytes // (4 * num_q_heads * seq_len))
+        for c_start in range(0, q_len, chunk):
+            c_len = min(chunk, q_len - c_start)
+            first = starts[i] + c_start  # row of the chunk's first query in q
+            q_pos = torch.arange(seq_len - q_len + c_start, seq_len - q_len + c_start + c_len, device=q.device)
+            num_keys = int(q_pos[-1]) + 1  # the chunk's last query sees keys 0 .. its own position
+            qc = q[first : first + c_len].float().reshape(c_len, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
+            qc = qc.reshape(num_kv_heads, group * c_len, head_dim)  # [kv_heads, group * c_len, head_dim]
+            scores = qc @ k[:, :num_keys].transpose(1, 2)  # [kv_heads, group * c_len, num_keys]
+            future = torch.arange(num_keys, device=q.device)[None, :] > q_pos[:, None]  # [c_len, num_keys]
+            scores = scores.view(num_kv_heads, group, c_len, num_keys).mul_(scale).masked_fill_(future, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).view(num_kv_heads, group * c_len, num_keys)
+            oc = (probs @ v[:, :num_keys]).view(num_kv_heads, group, c_len, head_dim)  # [kv_heads, group, c_len, dim]
+            out[first : first + c_len] = oc.permute(2, 0, 1, 3).reshape(c_len, num_q_heads, head_dim).to(q.dtype)
     return out

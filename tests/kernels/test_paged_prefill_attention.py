@@ -74,11 +74,13 @@ def test_prefill_kernel_single_tokens_equal_decode(triton_device):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("group", [1, 3, 4, 8])
 @pytest.mark.parametrize("block_size", [16, 32])
-def test_prefill_reference_matches_dense_sdpa(dtype, group, block_size):
+@pytest.mark.parametrize("max_score_bytes", [1, 2 << 20], ids=["16-row-chunks", "one-chunk"])
+def test_prefill_reference_matches_dense_sdpa(dtype, group, block_size, max_score_bytes):
     num_q_heads, num_kv_heads = HEADS[group]
-    seq_lens, q_lens = [2 * block_size + 3, 19, 7, block_size], [2 * block_size + 3, 5, 1, block_size]
+    seq_lens, q_lens = [2 * block_size + 3, 19, 7, 3 * block_size], [2 * block_size + 3, 5, 1, 40]
     kv, q, cu = _batch(seq_lens, q_lens, num_q_heads, num_kv_heads, 64, block_size, dtype, torch.device("cpu"), seed=9)
-    ref = paged_prefill_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, cu, kv.seq_lens, 0.125)
+    ref = paged_prefill_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, cu, kv.seq_lens, 0.125,
+                                      max_score_bytes=max_score_bytes)
     tol = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype]
     assert_rel_close(ref.double(), _oracle(q, kv, cu, 0.125), tol)
 
