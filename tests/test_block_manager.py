@@ -178,7 +178,7 @@ def test_revive_on_hit_removes_from_lru_and_keeps_the_rest_in_order():
     bm.check_invariants()
 
 
-def test_revive_cost_does_not_grow_with_the_lru(monkeypatch):
+def test_revive_cost_does_not_grow_with_the_lru():
     """O(1) revive: reviving one block must not scan the LRU. Count the LRU entries touched via a dict subclass."""
     bm = BlockManager(3000, 1)
     long = make_seq(list(range(2999)))
