@@ -194,7 +194,8 @@ def bench_pointwise(model, heads, num_tokens, dtype, device, triton_ok, iters) -
 
 def print_table(rows: list[Row], copy_gbs: float, device_name: str) -> None:
     print(f"device: {device_name}; copy bandwidth {copy_gbs:.0f} GB/s (read + write, same run)")
-    header = f"{'op':<18} {'model':<13} {'shape':<22} {'impl':<17} {'ms':>9} {'GB/s':>7} {'TFLOP/s':>8} {'of copy':>8} {'max err':>8}"
+    header = (f"{'op':<18} {'model':<13} {'shape':<22} {'impl':<17} {'ms':>9} {'GB/s':>7} {'TFLOP/s':>8} "
+              f"{'of copy':>8} {'max err':>8}")
     print(header)
     print("-" * len(header))
     for r in rows:

@@ -75,8 +75,10 @@ def sdpa_oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float)
     group = num_q_heads // num_kv_heads
     kd = k.double().repeat_interleave(group, dim=1).transpose(0, 1)  # [num_q_heads, seq_len, head_dim]
     vd = v.double().repeat_interleave(group, dim=1).transpose(0, 1)
-    allowed = torch.arange(seq_len, device=q.device)[None, :] <= torch.arange(seq_len - q_len, seq_len, device=q.device)[:, None]
-    out = torch.nn.functional.scaled_dot_product_attention(q.double().transpose(0, 1), kd, vd, attn_mask=allowed, scale=scale)
+    q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)  # [q_len]
+    allowed = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]  # [q_len, seq_len]
+    qd = q.double().transpose(0, 1)  # [num_q_heads, q_len, head_dim]
+    out = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, attn_mask=allowed, scale=scale)
     return out.transpose(0, 1)  # [q_len, num_q_heads, head_dim]
 
 

@@ -13,6 +13,7 @@ SHAPES = [(64, 16), (128, 32), (64, 32), (128, 16)]  # (head_dim, block_size)
 # Every GQA ratio with every shape, the dtype rotating: these 16 cases hold every pair of (ratio, shape,
 # dtype) values at least once; the full product (48) is too slow for Triton's interpreter.
 CASES = [(g, DTYPES[(i + j) % 3], *shape) for i, g in enumerate(HEADS) for j, shape in enumerate(SHAPES)]
+CASE_IDS = [f"gqa{g}-{str(d)[6:]}-d{h}-bs{b}" for g, d, h, b in CASES]
 
 
 def _seq_lens(block_size: int) -> list[int]:
@@ -29,7 +30,7 @@ def _oracle(q: torch.Tensor, kv, scale: float) -> torch.Tensor:
     return torch.stack([sdpa_oracle(q[i : i + 1], kv.keys[i], kv.values[i], scale)[0] for i in range(q.shape[0])])
 
 
-@pytest.mark.parametrize("group,dtype,head_dim,block_size", CASES, ids=[f"gqa{g}-{str(d)[6:]}-d{h}-bs{b}" for g, d, h, b in CASES])
+@pytest.mark.parametrize("group,dtype,head_dim,block_size", CASES, ids=CASE_IDS)
 def test_decode_kernel_matches_reference(triton_device, dtype, group, head_dim, block_size):
     num_q_heads, num_kv_heads = HEADS[group]
     seq_lens = _seq_lens(block_size)
@@ -54,7 +55,8 @@ def test_decode_kernel_splits_and_shared_blocks(triton_device, num_splits, block
     out = torch.full_like(q, float("nan"))
     paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125,
                            num_splits=num_splits, block_n=block_n, out=out)
-    assert_rel_close(out, paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125), 1e-5)
+    ref = paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
+    assert_rel_close(out, ref, 1e-5)
     assert_rel_close(out.double(), _oracle(q, kv, 0.125), 1e-5)
 
 
@@ -63,7 +65,8 @@ def test_decode_kernel_default_tuning(triton_device):
     kv = make_paged_kv([300, 5, 77], 3, 64, 16, torch.float32, triton_device, seed=4)
     q = _q(3, 9, 64, torch.float32, triton_device, seed=2)
     out = paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
-    assert_rel_close(out, paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125), 1e-5)
+    ref = paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
+    assert_rel_close(out, ref, 1e-5)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
@@ -76,7 +79,8 @@ def test_decode_reference_matches_dense_sdpa(dtype, group, block_size):
     kv = make_paged_kv(seq_lens, num_kv_heads, 64, block_size, dtype, cpu, num_shared_blocks=0, seed=5)
     q = _q(len(seq_lens), num_q_heads, 64, dtype, cpu, seed=3)
     ref = paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
-    assert_rel_close(ref.double(), _oracle(q, kv, 0.125), {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype])
+    tol = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}[dtype]
+    assert_rel_close(ref.double(), _oracle(q, kv, 0.125), tol)
 
 
 def test_decode_reference_with_shared_prefix_blocks():

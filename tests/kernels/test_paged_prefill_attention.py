@@ -12,6 +12,7 @@ HEADS = {1: (2, 2), 3: (6, 2), 4: (4, 1), 8: (8, 1)}  # GQA ratio -> (num_q_head
 SHAPES = [(64, 16), (128, 32), (64, 32), (128, 16)]  # (head_dim, block_size)
 # Every GQA ratio with every shape, the dtype rotating: every pair of values meets at least once.
 CASES = [(g, DTYPES[(i + j) % 3], *shape) for i, g in enumerate(HEADS) for j, shape in enumerate(SHAPES)]
+CASE_IDS = [f"gqa{g}-{str(d)[6:]}-d{h}-bs{b}" for g, d, h, b in CASES]
 
 
 def _batch(seq_lens: list[int], q_lens: list[int], num_q_heads: int, num_kv_heads: int, head_dim: int,
@@ -36,12 +37,13 @@ def _run(q, kv, cu, scale, **tiling):
     return out
 
 
-@pytest.mark.parametrize("group,dtype,head_dim,block_size", CASES, ids=[f"gqa{g}-{str(d)[6:]}-d{h}-bs{b}" for g, d, h, b in CASES])
+@pytest.mark.parametrize("group,dtype,head_dim,block_size", CASES, ids=CASE_IDS)
 def test_prefill_kernel_matches_reference(triton_device, group, dtype, head_dim, block_size):
     """Ragged batch: a fresh prompt, a chunk after a cached prefix ending mid-block, a single token."""
     num_q_heads, num_kv_heads = HEADS[group]
     seq_lens, q_lens = [21, 2 * block_size + 5, 9], [21, 17, 1]
-    kv, q, cu = _batch(seq_lens, q_lens, num_q_heads, num_kv_heads, head_dim, block_size, dtype, triton_device, seed=group)
+    kv, q, cu = _batch(seq_lens, q_lens, num_q_heads, num_kv_heads, head_dim, block_size, dtype, triton_device,
+                       seed=group)
     scale = head_dim**-0.5
     out = _run(q, kv, cu, scale)
     ref = paged_prefill_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, cu, kv.seq_lens, scale)
@@ -54,7 +56,8 @@ def test_prefill_kernel_tiles_and_shared_blocks(triton_device, block_m, block_n)
     and sequences sharing their first two physical blocks (a prefix-cache hit)."""
     block_size = 16
     seq_lens, q_lens = [70, 40, 33], [45, 40, 2]
-    kv, q, cu = _batch(seq_lens, q_lens, 6, 2, 64, block_size, torch.float32, triton_device, num_shared_blocks=2, seed=7)
+    kv, q, cu = _batch(seq_lens, q_lens, 6, 2, 64, block_size, torch.float32, triton_device, num_shared_blocks=2,
+                       seed=7)
     out = _run(q, kv, cu, 0.125, block_m=block_m, block_n=block_n)
     ref = paged_prefill_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, cu, kv.seq_lens, 0.125)
     assert_rel_close(out, ref, 1e-5)
@@ -86,6 +89,7 @@ def test_prefill_reference_matches_dense_sdpa(dtype, group, block_size, max_scor
 
 
 def test_prefill_reference_with_shared_prefix_blocks():
-    kv, q, cu = _batch([50, 40], [10, 40], 4, 2, 64, 16, torch.float32, torch.device("cpu"), num_shared_blocks=2, seed=10)
+    cpu = torch.device("cpu")
+    kv, q, cu = _batch([50, 40], [10, 40], 4, 2, 64, 16, torch.float32, cpu, num_shared_blocks=2, seed=10)
     ref = paged_prefill_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, cu, kv.seq_lens, 0.125)
     assert_rel_close(ref.double(), _oracle(q, kv, cu, 0.125), 1e-5)
