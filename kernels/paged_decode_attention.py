@@ -132,9 +132,9 @@ def paged_decode_attention(
     assert k_cache.shape[3] == head_dim and num_q_heads % num_kv_heads == 0, (q.shape, k_cache.shape)
     assert q.dtype == k_cache.dtype == v_cache.dtype, (q.dtype, k_cache.dtype)
     assert q.stride(-1) == 1 and k_cache.stride(-1) == 1
-    assert block_size >= 16 and block_size & (block_size - 1) == 0, "block_size must be a power of 2, >= 16"
     assert block_tables.dim() == 2 and block_tables.shape[0] == num_seqs and block_tables.stride(1) == 1
-    assert block_tables.dtype == torch.int32 and seq_lens.dtype == torch.int32 and seq_lens.shape == (num_seqs,)
+    assert block_tables.dtype == seq_lens.dtype == torch.int32, "block_tables and seq_lens must be int32"
+    assert seq_lens.shape == (num_seqs,), (seq_lens.shape, num_seqs)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # [num_seqs, num_q_heads, head_dim]
     assert out.shape == q.shape and out.dtype == q.dtype and out.stride(-1) == 1

@@ -31,16 +31,16 @@ def test_resolve_backend_order(monkeypatch):
 
 
 def test_forced_backend_is_the_one_that_runs(triton_device, monkeypatch):
-    """A batch only the torch reference accepts (Triton needs block_size >= 16) tells the paths apart."""
+    """A batch only the torch reference accepts (Triton wants int32 block tables) tells the paths apart."""
     monkeypatch.delenv(ops.BACKEND_ENV, raising=False)
-    kv = make_paged_kv([5, 9], 1, 64, 8, torch.float32, triton_device, seed=1)
+    kv = make_paged_kv([5, 9], 1, 64, 16, torch.float32, triton_device, seed=1)
     q = torch.randn(2, 2, 64, device=triton_device)
-    args = (q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
+    args = (q, kv.k_cache, kv.v_cache, kv.block_tables.long(), kv.seq_lens, 0.125)
     assert ops.paged_decode_attention(*args, backend="torch").shape == q.shape
-    with pytest.raises(AssertionError, match="block_size"):
+    with pytest.raises(AssertionError, match="int32"):
         ops.paged_decode_attention(*args, backend="triton")
     monkeypatch.setenv(ops.BACKEND_ENV, "triton")
-    with pytest.raises(AssertionError, match="block_size"):
+    with pytest.raises(AssertionError, match="int32"):
         ops.paged_decode_attention(*args)
     assert ops.paged_decode_attention(*args, backend="torch").shape == q.shape
 

@@ -60,9 +60,10 @@ def test_decode_kernel_splits_and_shared_blocks(triton_device, num_splits, block
     assert_rel_close(out.double(), _oracle(q, kv, 0.125), 1e-5)
 
 
-def test_decode_kernel_default_tuning(triton_device):
-    """The wrapper's own split choice (no overrides), on a batch with a long table."""
-    kv = make_paged_kv([300, 5, 77], 3, 64, 16, torch.float32, triton_device, seed=4)
+@pytest.mark.parametrize("block_size", [8, 16])
+def test_decode_kernel_default_tuning(triton_device, block_size):
+    """The wrapper's own split choice (no overrides), on a batch with a long table; pages smaller than a tile."""
+    kv = make_paged_kv([300, 5, 77], 3, 64, block_size, torch.float32, triton_device, seed=4)
     q = _q(3, 9, 64, torch.float32, triton_device, seed=2)
     out = paged_decode_attention(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
     ref = paged_decode_attention_ref(q, kv.k_cache, kv.v_cache, kv.block_tables, kv.seq_lens, 0.125)
