@@ -5,8 +5,9 @@ Every block is in exactly one state:
 - cached-free: ref_count 0 but holding the KV of a hashed full block, kept in an LRU (oldest first)
   and revived in O(1) on a prefix hit, evicted only when a new block is needed;
 - empty: ref_count 0, no hash.
-Full blocks are hashed as a chain: hash(parent hash, fingerprint, block token ids). A hit compares
-the stored token ids too, so a hash collision can never serve the wrong KV.
+Full blocks are hashed as a chain: hash(parent hash, fingerprint, block token ids). A hit also compares
+the block's stored token ids and parent hash (each parent verified the same way before it), so a hash
+collision can never serve KV computed after a different prefix.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class Block:
     ref_count: int = 0
     block_hash: bytes | None = None
     token_ids: tuple[int, ...] = ()  # the tokens whose KV it holds, set when the block is hashed
+    parent_hash: bytes | None = None  # the hash of the block before it in its chain (None: the first block)
 
 
 class BlockManager:
@@ -89,7 +91,11 @@ class BlockManager:
         hits: list[int] = []
         for i in range((seq.num_tokens - 1) // bs):
             block_id = self.hash_to_block.get(seq.block_hashes[i])
-            if block_id is None or self.blocks[block_id].token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+            if block_id is None:
+                break
+            block = self.blocks[block_id]  # verify, so that a hash collision can never serve the wrong KV
+            parent = seq.block_hashes[i - 1] if i else None
+            if block.parent_hash != parent or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
                 break
             hits.append(block_id)
         return hits
@@ -146,6 +152,7 @@ class BlockManager:
                 continue
             block.block_hash = block_hash
             block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            block.parent_hash = seq.block_hashes[i - 1] if i else None
             self.hash_to_block[block_hash] = block.block_id
 
     def reset_prefix_cache(self) -> None:
@@ -177,7 +184,7 @@ class BlockManager:
     def _forget(self, block: Block) -> None:
         assert block.block_hash is not None and self.hash_to_block.get(block.block_hash) == block.block_id
         del self.hash_to_block[block.block_hash]
-        block.block_hash, block.token_ids = None, ()
+        block.block_hash, block.token_ids, block.parent_hash = None, (), None
 
     def check_invariants(self) -> None:
         """For tests: every block in exactly one state, counts add up, the hash map matches the blocks."""

@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 from llmchat.core.config import ModelConfig
 from llmchat.kernels import ops
+from llmchat.kernels.linear import linear, prepack_linear_weight
 
 
 class KVContext(Protocol):
@@ -23,6 +24,20 @@ class KVContext(Protocol):
         """q `[num_tokens, num_q_heads, head_dim]`, k/v `[num_tokens, num_kv_heads, head_dim]` (RoPE applied);
         stores k/v, attends causally over the sequence's whole context, returns `[num_tokens, num_q_heads, head_dim]`."""
         ...
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose weight can be prepacked once for the CPU fast path (kernels/linear.py)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.packed: torch.Tensor | None = None
+
+    def prepack(self) -> None:
+        self.packed = prepack_linear_weight(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, self.packed)
 
 
 class RMSNorm(nn.Module):
@@ -45,8 +60,8 @@ class Attention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         # q, k and v projections fused into one matmul (rows: q, then k, then v)
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
+        self.o_proj = Linear(self.q_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, kv: KVContext) -> torch.Tensor:
         num_tokens = x.shape[0]
@@ -64,8 +79,8 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.intermediate_size = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # gate rows, then up
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # gate rows, then up
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -100,7 +115,8 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.tied_head_packed: torch.Tensor | None = None
         self.cos_sin_cache = torch.empty(0)  # set by build_model: [max_positions, head_dim], fp32
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVContext) -> torch.Tensor:
@@ -112,8 +128,17 @@ class Transformer(nn.Module):
         return x
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight).float()  # [num_rows, vocab]
+        if self.lm_head is not None:
+            return self.lm_head(hidden).float()  # [num_rows, vocab]
+        return linear(hidden, self.embed_tokens.weight, None, self.tied_head_packed).float()
+
+    def prepack(self) -> None:
+        """Reorder every projection weight once for the CPU fast path (a no-op where it does not apply)."""
+        for module in self.modules():
+            if isinstance(module, Linear):
+                module.prepack()
+        if self.lm_head is None:
+            self.tied_head_packed = prepack_linear_weight(self.embed_tokens.weight)
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Copy Hugging Face-named tensors in, fusing q/k/v and gate/up as they arrive."""
@@ -163,4 +188,6 @@ def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor] | None, dtype=t
         model.load_hf_state_dict(state)
     cos_sin = ops.rope_cos_sin_cache(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)
     model.cos_sin_cache = cos_sin.to(device)  # [max_positions, head_dim], fp32 whatever the model dtype
-    return model.eval().requires_grad_(False)
+    model.eval().requires_grad_(False)
+    model.prepack()
+    return model
