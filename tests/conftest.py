@@ -1,9 +1,17 @@
 """Shared fixtures: the real default model (fetched once, the way a user's machine gets it)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import pytest
+# Triton reads TRITON_INTERPRET once, at its first import (transformers and torch._dynamo import it too):
+# without a GPU, its kernels can only run under the interpreter, so set it before anything imports triton.
+import torch  # noqa: E402  (torch itself does not import triton)
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -31,8 +39,6 @@ def tiny_model(default_model_dir):
 
     Fast enough for engine and UI tests; its replies are gibberish but deterministic.
     """
-    import torch
-
     from llmchat.core.config import ModelConfig
     from llmchat.core.loader import LoadedModel
     from llmchat.core.model import build_model

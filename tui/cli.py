@@ -46,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--stats", action="store_true", help="print TTFT and TPOT to stderr")
 
     sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
+
+    bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
+    bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all)")
+    bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
+    bench.add_argument("--repeats", type=int, default=None, help="runs per measurement (medians are reported)")
+    bench.add_argument("--json", metavar="FILE", help="write one JSON object per measurement per line")
+    bench.add_argument("--kernels", action="store_true", help="time the Triton kernels instead (needs CUDA)")
     return parser
 
 
@@ -56,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             from llmchat.tui.ask import run_ask
 
             return run_ask(args)
+        if args.command == "bench":
+            from llmchat.tui.bench import run_bench
+
+            return run_bench(args)
         if args.command == "pull":
             from llmchat.core.weights import pull_default_model
 

@@ -1,0 +1,215 @@
+"""`llmchat bench`: scenarios on a real model, medians of repeated runs, a table and optional JSON lines.
+
+Every figure is measured by the engine itself (core/metrics.py: TTFT = first token - arrival,
+TPOT = (last - first) / (tokens - 1), one clock: time.perf_counter).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from llmchat.core.chat import Chat
+from llmchat.core.config import EngineConfig
+from llmchat.core.dense import generate_dense
+from llmchat.core.engine import LLMEngine
+from llmchat.core.events import Finished
+from llmchat.core.loader import LoadedModel
+from llmchat.core.sampling import SamplingParams
+
+SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch")
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while engineers measure caches blocks tokens and latency "
+    "on small machines with two cores where memory bandwidth decides how fast every decode step can go"
+).split()
+
+
+@dataclass(frozen=True, slots=True)
+class BenchSize:
+    """How big each scenario runs; `quick` keeps CI fast, `full` matches the issue's sizes."""
+
+    prefill_tokens: tuple[int, ...]
+    decode_contexts: tuple[int, ...]
+    decode_tokens: int
+    chat_turns: int
+    chat_message_tokens: int
+    chat_reply_tokens: int
+    concurrent_chats: tuple[int, ...]
+    concurrent_tokens: int
+    switch_history_tokens: int
+    switch_rounds: int
+    repeats: int
+
+
+FULL = BenchSize((40, 512, 2048), (40, 2000), 32, 8, 60, 64, (1, 2, 4, 8), 64, 500, 2, 3)
+QUICK = BenchSize((40, 128), (40, 200), 8, 3, 20, 8, (1, 2), 8, 64, 1, 1)
+
+
+@dataclass(slots=True)
+class Results:
+    rows: list[dict] = field(default_factory=list)
+
+    def add(self, scenario: str, variant: str, metric: str, values: list[float], unit: str, turn: int | None = None):
+        row = {"scenario": scenario, "variant": variant, "metric": metric, "value": statistics.median(values),
+               "unit": unit}
+        if turn is not None:
+            row["turn"] = turn
+        self.rows.append(row)
+
+    def table(self) -> str:
+        lines = [f"{'scenario':<11} {'variant':<14} {'metric':<24} {'turn':>4} {'median':>10}  unit"]
+        for r in self.rows:
+            turn = "" if r.get("turn") is None else str(r["turn"])
+            lines.append(f"{r['scenario']:<11} {r['variant']:<14} {r['metric']:<24} {turn:>4} {r['value']:>10.2f}  "
+                         f"{r['unit']}")
+        return "\n".join(lines)
+
+    def write_json(self, path: str) -> None:
+        with open(path, "w") as f:
+            for r in self.rows:
+                f.write(json.dumps(r) + "\n")
+
+
+def filler_text(num_tokens: int, salt: int) -> str:
+    """Plain English-ish text of roughly num_tokens tokens; salt makes prompts differ from the first word."""
+    words = [WORDS[(salt * 7 + i * 13) % len(WORDS)] for i in range(num_tokens)]
+    return f"[{salt}] " + " ".join(words)
+
+
+def prompt_of_length(loaded: LoadedModel, num_tokens: int, salt: int) -> list[int]:
+    """A chat prompt trimmed to exactly num_tokens ids (unique per salt, so nothing is reused by accident)."""
+    ids = loaded.tokenizer.encode_chat([{"role": "user", "content": filler_text(num_tokens, salt)}])
+    return ids[:num_tokens]
+
+
+def run_all(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]]) -> tuple[list[Finished], float]:
+    start = time.perf_counter()
+    ids = [engine.add_request(p, params) for p, params in requests]
+    done: dict[int, Finished] = {}
+    while engine.has_work:
+        for event in engine.step():
+            if isinstance(event, Finished):
+                done[event.request_id] = event
+    return [done[i] for i in ids], time.perf_counter() - start
+
+
+def fixed(num_tokens: int) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True)
+
+
+class Bench:
+    def __init__(self, loaded: LoadedModel, size: BenchSize, log: Callable[[str], None] = lambda _: None):
+        self.loaded = loaded
+        self.size = size
+        self.log = log
+        self.results = Results()
+        self.salt = 0
+
+    def engine(self, **overrides) -> LLMEngine:
+        return LLMEngine(self.loaded, EngineConfig(**overrides))
+
+    def next_salt(self) -> int:
+        self.salt += 1
+        return self.salt
+
+    def run(self, scenarios: tuple[str, ...]) -> Results:
+        # warm-up: first calls pay one-time costs (oneDNN primitives, allocator growth)
+        run_all(self.engine(), [(prompt_of_length(self.loaded, n, 0), fixed(4)) for n in (16, 64)])
+        for name in scenarios:
+            self.log(f"running {name} ...")
+            getattr(self, name)()
+        return self.results
+
+    def prefill(self) -> None:
+        for n in self.size.prefill_tokens:
+            ttfts = []
+            for _ in range(self.size.repeats):
+                (r,), _ = run_all(self.engine(), [(prompt_of_length(self.loaded, n, self.next_salt()), fixed(1))])
+                ttfts.append(r.metrics.ttft * 1e3)
+            self.results.add("prefill", f"tokens={n}", "ttft", ttfts, "ms")
+
+    def decode(self) -> None:
+        n_out = self.size.decode_tokens
+        for ctx in self.size.decode_contexts:
+            tpots = []
+            for _ in range(self.size.repeats):
+                (r,), _ = run_all(self.engine(), [(prompt_of_length(self.loaded, ctx, self.next_salt()), fixed(n_out))])
+                tpots.append(r.metrics.tpot * 1e3)
+            self.results.add("decode", f"context={ctx}", "tpot", tpots, "ms")
+        ctx = self.size.decode_contexts[0]  # the dense reference (contiguous cache, no batching) at short context
+        tpots = []
+        for _ in range(self.size.repeats):
+            times = []
+            for _tok in generate_dense(self.loaded.model, prompt_of_length(self.loaded, ctx, self.next_salt()),
+                                       fixed(n_out)):
+                times.append(time.perf_counter())
+            tpots.append((times[-1] - times[0]) / (len(times) - 1) * 1e3)
+        self.results.add("decode", f"dense-ref,context={ctx}", "tpot", tpots, "ms")
+
+    def chat(self) -> None:
+        s = self.size
+        for variant, caching in (("cache-on", True), ("cache-off", False)):
+            per_turn: list[list[float]] = [[] for _ in range(s.chat_turns)]
+            for _ in range(s.repeats):
+                engine, chat, salt = self.engine(enable_prefix_caching=caching), Chat.new(), self.next_salt()
+                for turn in range(s.chat_turns):
+                    text = filler_text(s.chat_message_tokens, salt * 100 + turn)
+                    prompt = chat.prompt_for(self.loaded.tokenizer, text)
+                    (r,), _ = run_all(engine, [(prompt, fixed(s.chat_reply_tokens))])
+                    chat.record_turn(text, prompt, list(r.output_ids), r.text)
+                    per_turn[turn].append(r.metrics.ttft * 1e3)
+            for turn, values in enumerate(per_turn, start=1):
+                self.results.add("chat", variant, "ttft", values, "ms", turn=turn)
+
+    def concurrent(self) -> None:
+        s = self.size
+        for n in s.concurrent_chats:
+            agg, tpot, per_chat = [], [], []
+            for _ in range(s.repeats):
+                requests = [(prompt_of_length(self.loaded, 40, self.next_salt()), fixed(s.concurrent_tokens))
+                            for _ in range(n)]
+                results, seconds = run_all(self.engine(), requests)
+                agg.append(sum(r.metrics.num_output_tokens for r in results) / seconds)
+                tpots = [r.metrics.tpot for r in results]
+                tpot.append(statistics.median(tpots) * 1e3)
+                per_chat.append(statistics.median(1 / t for t in tpots))
+            self.results.add("concurrent", f"chats={n}", "aggregate_tokens_per_s", agg, "tok/s")
+            self.results.add("concurrent", f"chats={n}", "per_chat_tokens_per_s", per_chat, "tok/s")
+            self.results.add("concurrent", f"chats={n}", "tpot", tpot, "ms")
+
+    def switch(self) -> None:
+        """4 chats with long histories take turns; all stay resident in the KV cache, so each turn
+        should cost about what a warm turn of a single chat costs."""
+        s = self.size
+        per_turn: dict[int, list[float]] = {}
+        single: list[float] = []
+        for _ in range(s.repeats):
+            engine = self.engine()
+            chats = []
+            for _c in range(4):  # build the histories
+                chat, salt = Chat.new(), self.next_salt()
+                text = filler_text(s.switch_history_tokens, salt)
+                prompt = chat.prompt_for(self.loaded.tokenizer, text)
+                (r,), _ = run_all(engine, [(prompt, fixed(16))])
+                chat.record_turn(text, prompt, list(r.output_ids), r.text)
+                chats.append(chat)
+            turn = 0
+            for round_ in range(s.switch_rounds):
+                for c, chat in enumerate(chats):
+                    turn += 1
+                    text = filler_text(30, 1000 * round_ + c)
+                    prompt = chat.prompt_for(self.loaded.tokenizer, text)
+                    (r,), _ = run_all(engine, [(prompt, fixed(16))])
+                    chat.record_turn(text, prompt, list(r.output_ids), r.text)
+                    per_turn.setdefault(turn, []).append(r.metrics.ttft * 1e3)
+            # the baseline: one chat alone, its next turn right after its previous one (warm)
+            chat = chats[0]
+            text = filler_text(30, 99_999)
+            prompt = chat.prompt_for(self.loaded.tokenizer, text)
+            (r,), _ = run_all(engine, [(prompt, fixed(16))])
+            single.append(r.metrics.ttft * 1e3)
+        for turn, values in per_turn.items():
+            self.results.add("switch", "chats=4", "ttft", values, "ms", turn=turn)
+        self.results.add("switch", "chats=1-warm", "ttft", single, "ms")

@@ -1,0 +1,29 @@
+"""`llmchat bench` keeps working: a tiny run on the real default model, table and JSON lines checked."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_bench_quick_writes_named_measurements(default_model_dir, tmp_path):
+    out = tmp_path / "bench.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "llmchat.tui.cli", "bench", "chat", "concurrent", "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["scenario"] for r in rows} == {"chat", "concurrent"}, "only the named scenarios run"
+    chat = [r for r in rows if r["scenario"] == "chat"]
+    assert {r["variant"] for r in chat} == {"cache-on", "cache-off"}
+    assert sorted({r["turn"] for r in chat}) == [1, 2, 3]
+    assert all(r["metric"] == "ttft" and r["unit"] == "ms" and r["value"] > 0 for r in chat)
+    concurrent = {(r["variant"], r["metric"]) for r in rows if r["scenario"] == "concurrent"}
+    assert ("chats=2", "aggregate_tokens_per_s") in concurrent and ("chats=1", "tpot") in concurrent
+    assert "aggregate_tokens_per_s" in result.stdout  # the table
+
+
+def test_bench_rejects_unknown_scenario():
+    result = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "bench", "nope"], capture_output=True, text=True)
+    assert result.returncode == 2 and "unknown scenario" in result.stderr
