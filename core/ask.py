@@ -1,14 +1,15 @@
 """One question, one streamed reply: what `llmchat ask` runs."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 
-from llmchat.core.dense import generate_dense
+from llmchat.core.config import EngineConfig
+from llmchat.core.engine import LLMEngine
+from llmchat.core.events import Finished, TextDelta
 from llmchat.core.loader import load_model
-from llmchat.core.metrics import RequestMetrics, RequestTimings
+from llmchat.core.metrics import RequestMetrics
 from llmchat.core.sampling import SamplingParams
-from llmchat.core.stop import StopStringMatcher
-from llmchat.core.tokenizer import IncrementalDetokenizer
 
 
 def chat_messages(question: str, system: str | None = None) -> list[dict]:
@@ -35,28 +36,25 @@ def ask_stream(
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> AskStream:
+    """Load the model, submit one request to an engine, and stream its text deltas."""
     loaded = load_model(model, device=device or "cpu", progress=progress)
-    tokenizer = loaded.tokenizer
-    prompt_ids = tokenizer.encode_chat(chat_messages(question, system))
+    prompt_ids = loaded.tokenizer.encode_chat(chat_messages(question, system))
+    element_size = loaded.model.embed_tokens.weight.element_size()
+    num_tokens = min(len(prompt_ids) + params.max_tokens, loaded.config.max_position_embeddings) + 16
+    kv_bytes = loaded.config.kv_bytes_per_token(element_size) * num_tokens  # one request: no more KV than it can use
+    engine = LLMEngine(loaded, EngineConfig(max_num_seqs=1, kv_cache_bytes=kv_bytes))
     stream = AskStream(iter(()))
 
     def deltas() -> Iterator[str]:
-        timings = RequestTimings()
-        detok = IncrementalDetokenizer(tokenizer)
-        stop = StopStringMatcher(params.stop)
-        for token in generate_dense(loaded.model, prompt_ids, params, tokenizer.stop_token_ids):
-            timings.on_token()
-            text, stopped = stop.feed(detok.push(token))
-            if text:
-                yield text
-            if stopped:
-                break
-        else:
-            tail, _ = stop.feed(detok.flush())
-            yield tail + stop.flush()
-        stream.metrics = RequestMetrics.from_timings(
-            timings, len(prompt_ids), 0, load_seconds=loaded.load_seconds
-        )
+        engine.add_request(prompt_ids, params)
+        while engine.has_work:
+            for event in engine.step():
+                if isinstance(event, TextDelta) and event.text:
+                    yield event.text
+                elif isinstance(event, Finished):
+                    if event.error:
+                        raise ValueError(event.error)
+                    stream.metrics = dataclasses.replace(event.metrics, load_seconds=loaded.load_seconds)
 
     stream._deltas = deltas()
     return stream

@@ -26,11 +26,15 @@ class KVContext(Protocol):
         ...
 
 
-class Linear(nn.Linear):
-    """nn.Linear whose weight can be prepacked once for the CPU fast path (kernels/linear.py)."""
+class Linear(nn.Module):
+    """y = x W^T + b, whose weight can be prepacked once for the CPU fast path (kernels/linear.py).
+
+    Weights start uninitialized (torch.empty): they are loaded, or set by init_random_weights in tests."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
-        super().__init__(in_features, out_features, bias=bias)
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
         self.packed: torch.Tensor | None = None
 
     def prepack(self) -> None:
@@ -38,6 +42,15 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.packed)
+
+
+class Embedding(nn.Module):
+    def __init__(self, num_embeddings: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num_embeddings, dim))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
 
 
 class RMSNorm(nn.Module):
@@ -112,7 +125,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
@@ -131,6 +144,18 @@ class Transformer(nn.Module):
         if self.lm_head is not None:
             return self.lm_head(hidden).float()  # [num_rows, vocab]
         return linear(hidden, self.embed_tokens.weight, None, self.tied_head_packed).float()
+
+    @torch.no_grad()
+    def init_random_weights(self, generator: torch.Generator | None = None) -> None:
+        """Random weights for tests, scaled like torch's defaults (U(+-1/sqrt(fan_in)), embeddings N(0, 1))."""
+        for name, param in self.named_parameters():
+            if "norm" in name:
+                param.fill_(1.0)
+            elif name.startswith("embed_tokens"):
+                param.normal_(0.0, 1.0, generator=generator)
+            else:
+                bound = param.shape[-1] ** -0.5 if param.dim() == 2 else 0.02
+                param.uniform_(-bound, bound, generator=generator)
 
     def prepack(self) -> None:
         """Reorder every projection weight once for the CPU fast path (a no-op where it does not apply)."""
@@ -178,13 +203,11 @@ class Transformer(nn.Module):
 
 def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor] | None, dtype=torch.float32, device="cpu") -> Transformer:
     """A model on `device` in `dtype`; random init when `state` is None (tests), else loaded from `state`."""
+    with torch.device(device):
+        model = Transformer(cfg).to(dtype)  # uninitialized storage: no time spent on an init that is overwritten
     if state is None:
-        with torch.device(device):
-            model = Transformer(cfg).to(dtype)
-    else:  # skip the random init of weights that are about to be overwritten
-        with torch.device("meta"):
-            model = Transformer(cfg)
-        model = model.to_empty(device=device).to(dtype)
+        model.init_random_weights()
+    else:
         model.load_hf_state_dict(state)
     cos_sin = ops.rope_cos_sin_cache(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)
     model.cos_sin_cache = cos_sin.to(device)  # [max_positions, head_dim], fp32 whatever the model dtype

@@ -27,6 +27,7 @@ def run_ask(args: argparse.Namespace) -> int:
         sys.stdout.write(delta)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    sys.stdout.flush()
     if args.stats:
         m = stream.metrics
         print(
