@@ -5,6 +5,7 @@ TPOT = (last - first) / (tokens - 1), one clock: time.perf_counter).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -100,15 +101,17 @@ def fixed(num_tokens: int) -> SamplingParams:
 
 
 class Bench:
-    def __init__(self, loaded: LoadedModel, size: BenchSize, log: Callable[[str], None] = lambda _: None):
+    def __init__(self, loaded: LoadedModel, size: BenchSize, log: Callable[[str], None] = lambda _: None,
+                 config: EngineConfig = EngineConfig()):
         self.loaded = loaded
+        self.config = config
         self.size = size
         self.log = log
         self.results = Results()
         self.salt = 0
 
     def engine(self, **overrides) -> LLMEngine:
-        return LLMEngine(self.loaded, EngineConfig(**overrides))
+        return LLMEngine(self.loaded, dataclasses.replace(self.config, **overrides))
 
     def next_salt(self) -> int:
         self.salt += 1

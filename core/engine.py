@@ -87,14 +87,19 @@ class LLMEngine:
             return f"the prompt needs {seq.num_tokens + 1} tokens of KV cache but it holds {capacity}; raise --kv-cache-gb"
         return None
 
-    def abort(self, request_id: int) -> bool:
-        """Stop a request; False if it is unknown or already finished. Its Finished(ABORT) comes at the next step."""
+    def abort(self, request_id: int, reason: FinishReason = FinishReason.ABORT, error: str | None = None) -> bool:
+        """Stop a request; False if it is unknown or already finished. Its Finished event comes at the next step."""
         seq = self._seqs.get(request_id)
         if seq is None or seq.is_finished:
             return False
-        self.scheduler.finish(seq, FinishReason.ABORT)
-        self._pending.extend(self._finish_stream(seq))
+        self.scheduler.finish(seq, reason)
+        self._pending.extend(self._finish_stream(seq, error))
         return True
+
+    def fail_all(self, error: str) -> None:
+        """After an internal error: finish every request in flight with reason ERROR (their blocks are freed)."""
+        for request_id in list(self._seqs):
+            self.abort(request_id, FinishReason.ERROR, error)
 
     @property
     def has_work(self) -> bool:

@@ -7,6 +7,7 @@ the engine thread: a sink must only hand the event over, never touch widgets.
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from llmchat.core.metrics import EngineStats
 from llmchat.core.sampling import SamplingParams
 
 Sink = Callable[["RequestHandle", EngineEvent], None]
+log = logging.getLogger(__name__)
 
 
 class RequestHandle:
@@ -108,11 +110,21 @@ class EngineService:
                 except queue.Empty:
                     pass
                 if self.engine.has_work:
-                    self._dispatch(self.engine.step())
+                    self._dispatch(self._step())
                     with self._stats_lock:
                         self._stats = self.engine.stats()
         finally:
             self._stopped.set()
+
+    def _step(self) -> list[EngineEvent]:
+        """One engine step; an unexpected error fails the requests in flight instead of killing the thread."""
+        try:
+            return self.engine.step()
+        except Exception as e:  # noqa: BLE001 - reported to every waiting client, then the loop goes on
+            log.exception("engine step failed")
+            self.engine.scheduler.lookups.clear()
+            self.engine.fail_all(f"internal engine error: {type(e).__name__}: {e}")
+            return self.engine.step()
 
     def _handle(self, msg: tuple) -> None:
         if msg[0] == "submit":

@@ -192,3 +192,24 @@ def test_seeded_sampling_is_reproducible(tiny_model):
     a = run_to_end(LLMEngine(tiny_model, EngineConfig()), [(prompt, params)])[0]
     b = run_to_end(LLMEngine(tiny_model, EngineConfig()), [(prompt, params), (prompt, GREEDY)])[0]
     assert a.output_ids == b.output_ids
+
+
+def test_an_engine_error_fails_requests_instead_of_hanging(tiny_model, monkeypatch):
+    engine = LLMEngine(tiny_model, EngineConfig())
+    service = EngineService(engine)
+    prompt = tiny_model.tokenizer.encode("hello")
+    first = service.submit(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    assert first.wait(30).reason is FinishReason.LENGTH
+
+    def broken(batch):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine.runner, "run", broken)
+    failed = service.submit(prompt, GREEDY)
+    result = failed.wait(30)
+    assert result.reason is FinishReason.ERROR and "boom" in result.error
+    monkeypatch.undo()
+    again = service.submit(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    assert again.wait(30).reason is FinishReason.LENGTH, "the engine thread survives and serves the next request"
+    assert engine.block_manager.num_used_blocks == 0
+    service.shutdown()

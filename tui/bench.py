@@ -28,7 +28,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
     log(f"model {loaded.folder.name}: {loaded.config.num_hidden_layers} layers, device {args.device or 'cpu'}, "
         f"{torch.get_num_threads()} threads, {size.repeats} repeat(s); medians below")
-    results = Bench(loaded, size, log).run(tuple(args.scenarios) or SCENARIOS)
+    from llmchat.tui.cli import engine_config
+
+    results = Bench(loaded, size, log, engine_config(args)).run(tuple(args.scenarios) or SCENARIOS)
     print(results.table())
     if args.json:
         results.write_json(args.json)

@@ -28,9 +28,17 @@ def build_parser() -> argparse.ArgumentParser:
     model_args.add_argument(
         "--model", help="a .gguf file or a Hugging Face model folder (default: SmolLM2-135M-Instruct)"
     )
-    model_args.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    model_args.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
+    model_args.add_argument(
+        "--kv-cache-gb", type=float, default=None, help="KV cache budget in GB (default: 1 on CPU, 8 on CUDA)"
+    )
+    model_args.add_argument(
+        "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
+    )
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-prefix-cache", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -54,6 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", metavar="FILE", help="write one JSON object per measurement per line")
     bench.add_argument("--kernels", action="store_true", help="time the Triton kernels instead (needs CUDA)")
     return parser
+
+
+def engine_config(args: argparse.Namespace, **overrides):
+    """The EngineConfig that the command-line flags ask for."""
+    from llmchat.core.config import EngineConfig
+
+    kv_gb = getattr(args, "kv_cache_gb", None)
+    if kv_gb is not None and kv_gb <= 0:
+        raise ValueError("--kv-cache-gb must be positive")
+    return EngineConfig(
+        device=getattr(args, "device", None) or "cpu",
+        kv_cache_bytes=None if kv_gb is None else int(kv_gb * 1e9),
+        enable_prefix_caching=not getattr(args, "no_prefix_cache", False),
+        **overrides,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
