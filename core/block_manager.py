@@ -87,15 +87,26 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         self.update_block_hashes(seq)
+        return self._cached_chain(seq.token_ids, seq.block_hashes, (seq.num_tokens - 1) // self.block_size)
+
+    def resident_blocks(self, token_ids: Seq[int]) -> list[int]:
+        """Block ids holding the KV of token_ids' longest cached prefix of full blocks (for the UI's breakdown)."""
+        hashes: list[bytes] = []
+        bs = self.block_size
+        for i in range(len(token_ids) // bs):
+            hashes.append(hash_block(hashes[-1] if hashes else None, token_ids[i * bs : (i + 1) * bs], self.fingerprint))
+        return self._cached_chain(token_ids, hashes, len(hashes))
+
+    def _cached_chain(self, token_ids: Seq[int], hashes: list[bytes], max_blocks: int) -> list[int]:
         bs = self.block_size
         hits: list[int] = []
-        for i in range((seq.num_tokens - 1) // bs):
-            block_id = self.hash_to_block.get(seq.block_hashes[i])
+        for i in range(max_blocks):
+            block_id = self.hash_to_block.get(hashes[i])
             if block_id is None:
                 break
             block = self.blocks[block_id]  # verify, so that a hash collision can never serve the wrong KV
-            parent = seq.block_hashes[i - 1] if i else None
-            if block.parent_hash != parent or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+            parent = hashes[i - 1] if i else None
+            if block.parent_hash != parent or block.token_ids != tuple(token_ids[i * bs : (i + 1) * bs]):
                 break
             hits.append(block_id)
         return hits

@@ -11,6 +11,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 
 from llmchat.core.engine import LLMEngine
 from llmchat.core.events import EngineEvent, Finished
@@ -86,6 +87,21 @@ class EngineService:
         with self._stats_lock:
             return self._stats
 
+    def resident_blocks(self, token_ids_by_key: dict) -> Future:
+        """For each key (a chat, say), the KV blocks that hold its token ids' cached prefix, read on the engine
+        thread. The future's result: {key: tuple of block ids}; keys sharing ids share those blocks."""
+        return self._call(lambda engine: {
+            key: tuple(engine.block_manager.resident_blocks(ids)) for key, ids in token_ids_by_key.items()
+        })
+
+    def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
+        future: Future = Future()
+        if self._stopped.is_set():
+            future.set_exception(RuntimeError("the engine is shut down"))
+        else:
+            self._inbox.put(("call", fn, future))
+        return future
+
     def shutdown(self, timeout: float = 10.0) -> None:
         """Abort everything in flight (each gets Finished with reason abort), then stop the thread."""
         if not self._stopped.is_set():
@@ -132,6 +148,12 @@ class EngineService:
             request_id = self.engine.add_request(prompt_ids, params)
             self._by_request[request_id] = handle
             self._request_of[handle.handle_id] = request_id
+        elif msg[0] == "call":
+            _, fn, future = msg
+            try:
+                future.set_result(fn(self.engine))
+            except Exception as e:  # noqa: BLE001 - handed to the caller
+                future.set_exception(e)
         elif msg[0] == "cancel":
             request_id = self._request_of.get(msg[1].handle_id)
             if request_id is not None:

@@ -213,3 +213,18 @@ def test_an_engine_error_fails_requests_instead_of_hanging(tiny_model, monkeypat
     assert again.wait(30).reason is FinishReason.LENGTH, "the engine thread survives and serves the next request"
     assert engine.block_manager.num_used_blocks == 0
     service.shutdown()
+
+
+def test_resident_blocks_show_what_chats_share(tiny_model):
+    service = EngineService(LLMEngine(tiny_model, EngineConfig()))
+    system = "You are a careful assistant. " * 8
+    chats = {name: Chat.new(system) for name in ("a", "b")}
+    for name, chat in chats.items():
+        prompt = chat.prompt_for(tiny_model.tokenizer, f"question {name}?")
+        result = service.submit(prompt, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)).wait(30)
+        chat.record_turn(f"question {name}?", prompt, list(result.output_ids), result.text)
+    blocks = service.resident_blocks({k: c.token_ids for k, c in chats.items()}).result(30)
+    common = next(i for i, (x, y) in enumerate(zip(chats["a"].token_ids, chats["b"].token_ids)) if x != y)
+    assert len(set(blocks["a"]) & set(blocks["b"])) == common // 16
+    assert len(blocks["a"]) == (len(chats["a"].token_ids) - 1) // 16  # every computed full block is resident
+    service.shutdown()
