@@ -61,6 +61,13 @@ CREATE INDEX IF NOT EXISTS messages_by_chat ON messages (chat_id, message_id);
 """
 
 
+def default_data_dir() -> Path:
+    """Where chats live unless --data-dir says otherwise (~/.local/share/llmchat on Linux)."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("llmchat"))
+
+
 class DataDirInUse(RuntimeError):
     """Another llmchat has this data dir open."""
 

@@ -1,0 +1,48 @@
+"""UI test fixtures: an app on a fresh data dir, driven by a real engine on a tiny random-weight model."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from llmchat.tui.app import LlmChatApp
+
+SIZE = (150, 45)
+
+
+@pytest.fixture(scope="session")
+def chatty_model(tiny_model):
+    """tiny_model with its own random output head: tied random weights only ever repeat the last token
+    (a wall of newlines); an untied head gives varied, deterministic gibberish that is visible on screen."""
+    import torch
+
+    from llmchat.core.loader import LoadedModel
+    from llmchat.core.model import build_model
+
+    cfg = dataclasses.replace(tiny_model.config, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    return LoadedModel(tiny_model.folder, cfg, build_model(cfg, None), tiny_model.tokenizer, 0.0)
+
+
+@pytest.fixture
+def engine_factory(chatty_model):
+    """Builds the real engine service on the tiny model, the way the app's default factory does."""
+
+    def factory(progress, sink):
+        from llmchat.core.config import EngineConfig
+        from llmchat.core.engine import LLMEngine
+        from llmchat.core.service import EngineService
+
+        progress("building the tiny test engine")
+        config = EngineConfig(max_num_seqs=8, kv_cache_bytes=4 << 20)  # 512 blocks of 16 tokens
+        return EngineService(LLMEngine(chatty_model, config), sink)
+
+    return factory
+
+
+@pytest.fixture
+def make_app(tmp_path, engine_factory):
+    def make(data_dir=None) -> LlmChatApp:
+        return LlmChatApp(data_dir or tmp_path / "data", engine_factory)
+
+    return make

@@ -1,0 +1,54 @@
+"""Helpers for UI tests: read the screen as text or as the ANSI a terminal would get; wait for a condition."""
+from __future__ import annotations
+
+import io
+import time
+
+from rich.console import Console
+from textual import events
+from textual.app import App
+from textual.keys import _character_to_key
+
+
+def _render(app: App) -> Console:
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system="truecolor", record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console
+
+
+def screen_text(app: App) -> str:
+    """Every cell of the screen, line by line, without styles (what a person reads)."""
+    return _render(app).export_text(styles=False)
+
+
+def screen_ansi(app: App) -> str:
+    """The bytes the driver would write for a full repaint: text plus escape sequences for styles."""
+    return _render(app).file.getvalue()
+
+
+async def wait_for(pilot, condition, timeout: float = 20.0, step: float = 0.02) -> None:
+    """Let the app run until condition() is true (or fail after timeout seconds, showing the app's state)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            app = pilot.app
+            state = {cid: (s.turn and (s.turn.num_output_tokens, s.turn.cancelled),
+                           [(m.role, m.status, m.finish_reason, m.error) for m in s.record.messages])
+                     for cid, s in getattr(app, "sessions", {}).items()}
+            raise AssertionError(f"timed out after {timeout} s; chats: {state}\n{screen_text(app)}")
+        await pilot.pause(step)
+
+
+async def press(pilot, *keys: str, settle: float = 0.05) -> None:
+    """Like pilot.press (the same key events through the driver) without pilot's wait for an idle CPU,
+    which waits two full seconds per key while the engine thread is busy generating."""
+    app = pilot.app
+    for key in keys:
+        char = key if len(key) == 1 else None
+        if char is not None and not key.isalnum():
+            key = _character_to_key(key)  # " " -> "space", as pilot.press does
+        app._driver.send_message(events.Key(key, char))
+        await pilot.pause(settle)
+        await pilot._wait_for_screen()

@@ -1,0 +1,375 @@
+"""LlmChatApp: chats on the left, the conversation in the middle, the engine's panels on the right.
+
+The app owns the store (chats on disk), the bridge (the engine, loaded in a worker thread so the UI
+paints at once) and one ChatSession per chat. Actions are methods here; each also has a command in
+the palette (Ctrl+P) and most have a key shown in the footer.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse, default_data_dir
+from llmchat.tui.bridge import EngineBridge, default_engine_factory, model_label
+from llmchat.tui.messages import EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PromptReady
+from llmchat.tui.screens.chat import BannerView, ChatScreen
+from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
+from llmchat.tui.sanitize import safe_text
+from llmchat.tui.session import ChatSession
+from llmchat.tui.turns import TurnManager
+from llmchat.tui.widgets.chat_list import ChatList
+from llmchat.tui.widgets.prompt_input import PromptInput
+
+if TYPE_CHECKING:
+    from llmchat.tui.bridge import EngineFactory
+
+STATS_INTERVAL_S = 0.25  # panels refresh at 4 Hz at most
+STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
+THEMES = ("textual-dark", "textual-light")
+
+
+class LlmChatApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "llmchat"
+    BINDINGS = [
+        Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("escape", "stop", "Stop reply"),
+        Binding("ctrl+r", "rename", "Rename"),
+        Binding("ctrl+d", "delete", "Delete", priority=True),
+        Binding("ctrl+o", "settings", "Settings"),
+        Binding("ctrl+s", "export", "Export"),
+        Binding("ctrl+l", "copy_reply", "Copy reply"),
+        Binding("ctrl+t", "toggle_theme", "Theme"),
+        Binding("ctrl+b", "toggle_panels", "Panels", show=False),
+        Binding("ctrl+up,alt+up", "switch(-1)", "Previous chat", show=False),
+        Binding("ctrl+down,alt+down", "switch(1)", "Next chat", show=False),
+    ]
+
+    def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
+                 model: str | None = None, device: str | None = None) -> None:
+        super().__init__()
+        self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
+        if engine_factory is None:
+            self.bridge = EngineBridge(self, default_engine_factory(model, device), model_label(model))
+        else:
+            self.bridge = EngineBridge(self, engine_factory)
+        self.turns = TurnManager(self)
+        self.sessions: dict[int, ChatSession] = {}
+        self.current_id: int | None = None
+        self.drafts: dict[int, str] = {}
+        self._last_stats = None
+        self.chat_screen = ChatScreen()
+        self.theme = self.store.get_setting("theme", THEMES[0]) or THEMES[0]
+
+    # -- start ------------------------------------------------------------------------------
+    async def on_mount(self) -> None:
+        await self.push_screen(self.chat_screen)
+        self.run_worker(self.bridge.start, thread=True, group="engine", exit_on_error=False,
+                        description="load the model and start the engine")
+        for summary in self.store.list_chats():
+            self.sessions[summary.chat_id] = ChatSession(self.store.load_chat(summary.chat_id))
+        if not self.sessions:
+            record = self.store.create_chat()
+            self.sessions[record.chat_id] = ChatSession(record)
+        await self.chat_screen.chat_list.show(self.ordered_sessions(), None)
+        await self.open_chat(self.ordered_sessions()[0].chat_id)
+        self.set_interval(STATS_INTERVAL_S, self.refresh_live)
+        self.set_interval(STREAM_INTERVAL_S, self.turns.flush)
+
+    def ordered_sessions(self) -> list[ChatSession]:
+        return sorted(self.sessions.values(), key=lambda s: (s.record.updated_at, s.chat_id), reverse=True)
+
+    @property
+    def current(self) -> ChatSession | None:
+        return self.sessions.get(self.current_id) if self.current_id is not None else None
+
+    # -- engine messages --------------------------------------------------------------------
+    def on_engine_progress(self, msg: EngineProgress) -> None:
+        self.chat_screen.show_progress(msg.line)
+
+    def on_engine_ready(self, msg: EngineReady) -> None:
+        self.chat_screen.show_engine_ready(msg.info)
+        self.show_header()
+        self.notify(f"{msg.info.model_name} ready ({msg.info.load_seconds:.1f} s)", timeout=3)
+
+    def on_engine_failed(self, msg: EngineFailed) -> None:
+        self.chat_screen.show_engine_failed(msg.error)
+
+    @property
+    def ui_alive(self) -> bool:
+        """False once the app is closing: the widgets may be gone, events only update the store."""
+        return not self.turns.closing and self.chat_screen.is_attached
+
+    async def on_engine_events_pending(self, msg: EngineEventsPending) -> None:
+        await self.turns.on_engine_events()
+
+    async def on_prompt_ready(self, msg: PromptReady) -> None:
+        await self.turns.on_prompt_ready(msg)
+
+    def refresh_live(self) -> None:
+        """4 Hz: engine panels (if the snapshot changed) and the streaming chats' progress."""
+        if not self.ui_alive:
+            return
+        screen = self.chat_screen
+        stats = self.bridge.stats()
+        busy = [s for s in self.sessions.values() if s.busy]
+        if stats is not self._last_stats or busy:
+            self._last_stats = stats
+            screen.panels.show_engine(stats, self.ordered_sessions())
+        for session in busy:
+            screen.chat_list.refresh_chat(session.chat_id)
+        current = self.current
+        if current is not None and current.busy:
+            from llmchat.tui.widgets.transcript import live_text
+
+            view = screen.transcript.reply_view(current.turn.reply)
+            if view is not None:
+                view.set_live(live_text(current))
+            screen.panels.show_chat(current)
+
+    # -- turn callbacks (from TurnManager) --------------------------------------------------
+    async def on_turn_started(self, session: ChatSession) -> None:
+        screen = self.chat_screen
+        await self.refresh_chat_list()
+        if session.chat_id == self.current_id:
+            await screen.transcript.add_turn(session)
+            screen.show_banner(None)
+            self.show_header()
+            screen.panels.show_chat(session)
+
+    async def on_turn_finished(self, session: ChatSession) -> None:
+        screen = self.chat_screen
+        screen.chat_list.refresh_chat(session.chat_id)
+        if session.chat_id == self.current_id:
+            view = screen.transcript.reply_view(session.record.messages[-1])  # (its text: in finish())
+            if view is not None:
+                await view.finish()
+            screen.show_banner(session.banner)
+            self.show_header()
+            screen.panels.show_chat(session)
+        elif session.banner is not None:
+            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="warning", timeout=6)
+
+    async def on_turn_refused(self, session: ChatSession, text: str) -> None:
+        screen = self.chat_screen
+        screen.chat_list.refresh_chat(session.chat_id)
+        if session.chat_id == self.current_id:
+            await screen.transcript.show(session)
+            screen.show_banner(session.banner)
+            if not screen.prompt.text.strip():
+                screen.prompt.set_message(text)
+            else:
+                self.drafts.setdefault(session.chat_id, text)
+        else:
+            self.drafts[session.chat_id] = text
+            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8)
+
+    # -- UI events --------------------------------------------------------------------------
+    async def on_prompt_input_submitted(self, msg: PromptInput.Submitted) -> None:
+        session = self.current
+        if session is None:
+            return
+        if await self.turns.send(session, msg.text):
+            self.chat_screen.prompt.clear_message()
+
+    async def on_list_view_selected(self, msg: ChatList.Selected) -> None:
+        item = msg.item
+        if item is not None and hasattr(item, "session"):
+            await self.open_chat(item.session.chat_id)
+
+    def on_banner_view_dismissed(self, msg: BannerView.Dismissed) -> None:
+        if self.current is not None:
+            self.current.banner = None
+        self.chat_screen.show_banner(None)
+
+    # -- chats ------------------------------------------------------------------------------
+    async def open_chat(self, chat_id: int) -> None:
+        screen = self.chat_screen
+        prompt = screen.prompt
+        if self.current_id is not None and self.current_id != chat_id:
+            self.drafts[self.current_id] = prompt.message_text()
+            prompt.set_message(self.drafts.pop(chat_id, ""))
+        self.current_id = chat_id
+        session = self.sessions[chat_id]
+        await screen.transcript.show(session)
+        screen.chat_list.mark_current(chat_id)
+        screen.show_banner(session.banner)
+        screen.panels.show_chat(session)
+        self.show_header()
+        prompt.focus()
+
+    async def refresh_chat_list(self) -> None:
+        await self.chat_screen.chat_list.show(self.ordered_sessions(), self.current_id)
+
+    def show_header(self) -> None:
+        info = self.bridge.info
+        self.chat_screen.show_header(self.current, info.max_context if info else None)
+
+    async def action_new_chat(self) -> None:
+        current = self.current
+        if current is not None and not current.record.messages and not current.busy:
+            self.chat_screen.prompt.focus()  # already on an empty chat
+            return
+        settings = current.settings if current else ChatSettings()
+        record = self.store.create_chat(ChatSettings(settings.system_prompt, settings.temperature,
+                                                     settings.top_p, settings.max_tokens))
+        self.sessions[record.chat_id] = ChatSession(record)
+        await self.refresh_chat_list()
+        await self.open_chat(record.chat_id)
+
+    async def action_switch(self, step: int) -> None:
+        ordered = [s.chat_id for s in self.ordered_sessions()]
+        if self.current_id in ordered and len(ordered) > 1:
+            await self.open_chat(ordered[(ordered.index(self.current_id) + step) % len(ordered)])
+
+    def action_stop(self) -> None:
+        session = self.current
+        if session is not None and self.turns.cancel(session):
+            self.notify("Stopping the reply; what it wrote so far is kept.", timeout=2)
+
+    def action_rename(self) -> None:
+        session = self.current
+        if session is not None:
+            screen = TextPromptScreen(f"Rename chat #{session.chat_id}", session.record.title)
+            self.push_screen(screen, lambda title: self.rename_chat(session, title))
+
+    def rename_chat(self, session: ChatSession, title: str | None) -> None:
+        if title is None:
+            return
+        try:
+            self.store.rename_chat(session.chat_id, title)
+        except ValueError as e:
+            self.notify(str(e), severity="error")
+            return
+        session.record.title, session.record.title_auto = " ".join(title.split()), False
+        self.chat_screen.chat_list.refresh_chat(session.chat_id)
+        self.show_header()
+
+    def action_delete(self) -> None:
+        session = self.current
+        if session is None:
+            return
+        busy = " Its reply in progress will be stopped." if session.busy else ""
+        question = (f"Delete chat #{session.chat_id} “{session.record.title}” and its "
+                    f"{len(session.record.messages)} messages?{busy} This cannot be undone.")
+        self.push_screen(ConfirmScreen(safe_text(question), yes="Delete"),
+                         lambda yes: self.delete_chat(session) if yes else None)
+
+    async def delete_chat(self, session: ChatSession) -> None:
+        if session.chat_id not in self.sessions:
+            return
+        self.turns.cancel(session)
+        self.store.delete_chat(session.chat_id)
+        del self.sessions[session.chat_id]
+        self.drafts.pop(session.chat_id, None)
+        if self.current_id == session.chat_id:
+            self.current_id = None
+            self.chat_screen.prompt.clear_message()
+        if not self.sessions:
+            record = self.store.create_chat(session.settings)
+            self.sessions[record.chat_id] = ChatSession(record)
+        await self.refresh_chat_list()
+        if self.current_id is None:
+            await self.open_chat(self.ordered_sessions()[0].chat_id)
+        self.chat_screen.panels.show_engine(self.bridge.stats(), self.ordered_sessions())
+        self.notify(f"Deleted chat #{session.chat_id}", timeout=2)
+
+    def action_settings(self) -> None:
+        session = self.current
+        if session is not None:
+            screen = SettingsScreen(f"#{session.chat_id}", session.settings)
+            self.push_screen(screen, lambda settings: self.save_settings(session, settings))
+
+    def save_settings(self, session: ChatSession, settings: ChatSettings | None) -> None:
+        if settings is None or session.chat_id not in self.sessions:
+            return
+        self.store.update_settings(session.chat_id, settings)
+        session.record.settings = settings
+        self.show_header()
+        self.notify("Settings saved; they apply from the next message.", timeout=2)
+
+    def action_export(self) -> None:
+        from llmchat.tui.export import export_chat
+
+        session = self.current
+        if session is None:
+            return
+        paths = export_chat(session.record, self.store.data_dir / "exports")
+        self.notify("Exported to " + " and ".join(str(p) for p in paths), timeout=6)
+
+    def action_copy_reply(self) -> None:
+        session = self.current
+        replies = [m for m in session.record.messages if m.role == "assistant"] if session else []
+        if not replies:
+            self.notify("No reply to copy yet", severity="warning")
+            return
+        self.copy_to_clipboard(replies[-1].content)
+        self.notify(f"Copied the last reply ({len(replies[-1].content):,} characters)", timeout=2)
+
+    def action_toggle_theme(self) -> None:
+        self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
+
+    def watch_theme(self, theme: str) -> None:
+        if self.is_running:
+            self.store.set_setting("theme", theme)
+
+    def action_toggle_panels(self) -> None:
+        panels = self.chat_screen.panels
+        panels.display = not panels.display
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for key, title, help_text in COMMANDS:
+            yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
+        for s in self.ordered_sessions():
+            yield SystemCommand(f"Open chat #{s.chat_id}: {s.record.title}", "switch to this chat",
+                                lambda chat_id=s.chat_id: self.run_worker(self.open_chat(chat_id)))
+
+    # -- quit -------------------------------------------------------------------------------
+    async def action_quit(self) -> None:
+        await self.shutdown()
+        self.exit()
+
+    async def shutdown(self) -> None:
+        """Stop the engine and store every reply in flight as far as it got; safe to call twice."""
+        if self.store is None or self.store._db is None:
+            return
+        await self.turns.close()
+        self.store.close()
+
+    async def on_unmount(self) -> None:
+        await self.shutdown()
+
+
+COMMANDS = [
+    ("new_chat", "New chat", "start a new chat (Ctrl+N)"),
+    ("stop", "Stop the reply", "stop the current chat's reply; the text so far is kept (Esc)"),
+    ("rename", "Rename chat", "give the current chat a title (Ctrl+R)"),
+    ("delete", "Delete chat", "delete the current chat, after a confirmation (Ctrl+D)"),
+    ("settings", "Chat settings", "system prompt, temperature, top-p, max tokens (Ctrl+O)"),
+    ("export", "Export chat", "write the chat as Markdown and JSON under the data dir (Ctrl+S)"),
+    ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
+    ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
+    ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
+    ("switch(1)", "Next chat", "open the next chat in the list (Ctrl+Down)"),
+    ("switch(-1)", "Previous chat", "open the previous chat in the list (Ctrl+Up)"),
+]
+
+
+def run_app(args: argparse.Namespace) -> int:
+    """`llmchat`: open the app on args.data_dir (default: the user data dir) with args.model / args.device."""
+    data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
+    try:
+        app = LlmChatApp(data_dir, model=getattr(args, "model", None), device=getattr(args, "device", None))
+    except DataDirInUse as e:
+        print(f"llmchat: {e}", file=sys.stderr)
+        return 2
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,78 @@
+"""Numbers to short strings. Formatting only: every figure comes from core/metrics.py objects."""
+from __future__ import annotations
+
+import math
+import time
+
+from llmchat.core.metrics import RequestMetrics
+
+DASH = "—"
+
+
+def _missing(x: float | None) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def seconds(x: float | None) -> str:
+    """0.0123 -> '12 ms', 1.234 -> '1.23 s', 42.1 -> '42.1 s'; NaN/None -> '—'."""
+    if _missing(x):
+        return DASH
+    if x < 1:
+        return f"{x * 1000:.0f} ms" if x >= 0.01 else f"{x * 1000:.1f} ms"
+    return f"{x:.2f} s" if x < 10 else f"{x:.1f} s"
+
+
+def ms(x: float | None) -> str:
+    """Per-token times, always in ms: 0.0193 -> '19.3 ms'."""
+    return DASH if _missing(x) else f"{x * 1000:.1f} ms"
+
+
+def count(n: int | None) -> str:
+    return DASH if n is None else f"{n:,}"
+
+
+def rate(x: float | None, unit: str) -> str:
+    if _missing(x) or x == 0:
+        return DASH
+    return f"{x:.1f} {unit}" if x < 100 else f"{x:.0f} {unit}"
+
+
+def percent(x: float | None) -> str:
+    return DASH if _missing(x) else f"{x * 100:.0f}%"
+
+
+def nbytes(n: int | None) -> str:
+    if n is None:
+        return DASH
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def reused(m: RequestMetrics) -> str:
+    """'reused 496 of 512 prompt tokens'."""
+    return f"reused {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens"
+
+
+def turn_line(m: RequestMetrics) -> str:
+    """The one-line summary under a reply."""
+    parts = [f"TTFT {seconds(m.ttft)}"]
+    if not _missing(m.tpot):
+        parts.append(f"TPOT {ms(m.tpot)}")
+    parts.append(f"{m.num_output_tokens:,} tokens")
+    parts.append(reused(m))
+    if m.num_preemptions:
+        parts.append(f"preempted {m.num_preemptions}×")
+    return " · ".join(parts)
+
+
+def when(timestamp: float) -> str:
+    """A chat's last activity: '14:02' today, 'Mar 3' this year, '2024-03-03' before."""
+    t, now = time.localtime(timestamp), time.localtime()
+    if t[:3] == now[:3]:
+        return time.strftime("%H:%M", t)
+    if t.tm_year == now.tm_year:
+        return time.strftime("%b %d", t)
+    return time.strftime("%Y-%m-%d", t)

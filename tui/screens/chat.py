@@ -1,0 +1,102 @@
+"""The main screen: chat list | conversation (header, loading bar, transcript, banner, input) | panels."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, ProgressBar, Static
+
+from llmchat.tui.messages import EngineInfo
+from llmchat.tui.sanitize import safe_text
+from llmchat.tui.session import Banner, ChatSession
+from llmchat.tui.widgets.chat_list import ChatList
+from llmchat.tui.widgets.panels import Panels
+from llmchat.tui.widgets.prompt_input import PromptInput
+from llmchat.tui.widgets.transcript import Transcript
+
+
+class BannerView(Static):
+    """A chat's banner (refused prompt, full context, cut reply); a click dismisses it."""
+
+    class Dismissed(Message):
+        pass
+
+    def on_click(self) -> None:
+        self.display = False
+        self.post_message(self.Dismissed())
+
+
+class ChatScreen(Screen):
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            with Vertical(id="sidebar"):
+                yield Static(Content("llmchat"), id="brand")
+                yield Static(Content("loading the model…"), id="model-status")
+                yield ChatList(id="chat-list")
+            with Vertical(id="conversation"):
+                yield Static(id="chat-header")
+                with Horizontal(id="loading"):
+                    yield ProgressBar(total=None, show_eta=False, show_percentage=False)
+                    yield Static(Content("starting…"), id="loading-line")
+                yield Transcript(id="transcript")
+                yield BannerView(id="banner")
+                yield PromptInput(id="prompt")
+            yield Panels(id="panels")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#banner").display = False
+        self.query_one(PromptInput).focus()
+
+    # -- pieces the app updates -------------------------------------------------------------
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one(Transcript)
+
+    @property
+    def chat_list(self) -> ChatList:
+        return self.query_one(ChatList)
+
+    @property
+    def panels(self) -> Panels:
+        return self.query_one(Panels)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one(PromptInput)
+
+    def show_progress(self, line: str) -> None:
+        self.query_one("#loading-line", Static).update(Content(safe_text(line)))
+
+    def show_engine_ready(self, info: EngineInfo) -> None:
+        self.query_one("#loading").display = False
+        self.query_one("#model-status", Static).update(
+            Content(f"{safe_text(info.model_name)}\n{info.device} · context {info.max_context:,}")
+        )
+
+    def show_engine_failed(self, error: str) -> None:
+        self.query_one("#loading").add_class("-error")
+        self.query_one(ProgressBar).display = False
+        self.show_progress(f"The model could not start: {error}. Your chats can still be read and exported.")
+        self.query_one("#model-status", Static).update(Content("model failed to load"))
+
+    def show_header(self, session: ChatSession | None, max_context: int | None) -> None:
+        if session is None:
+            text = "no chat"
+        else:
+            s = session.settings
+            num = len(session.record.token_ids)
+            ctx = f"context {num:,}/{max_context:,}" if max_context else f"{num:,} tokens"
+            system = "custom system" if s.system_prompt else "default system"
+            text = (f"#{session.chat_id} {safe_text(session.record.title)}\n"
+                    f"{ctx} · temp {s.temperature:g} · top-p {s.top_p:g} · max {s.max_tokens:,} · {system}")
+        self.query_one("#chat-header", Static).update(Content(text))
+
+    def show_banner(self, banner: Banner | None) -> None:
+        widget = self.query_one("#banner", Static)
+        widget.display = banner is not None
+        if banner is not None:
+            widget.set_classes(f"-{banner.kind}")
+            widget.update(Content(safe_text(banner.text) + "   (click to dismiss)"))

@@ -1,0 +1,71 @@
+"""The sidebar's list of chats: title, id, last activity and whether a reply is streaming."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.content import Content
+from textual.widgets import Label, ListItem, ListView
+
+from llmchat.tui import format as fmt
+from llmchat.tui.sanitize import safe_text
+from llmchat.tui.session import ChatSession
+
+
+def status_of(session: ChatSession) -> str:
+    turn = session.turn
+    if turn is None:
+        return ""
+    return "queued" if turn.queued else f"streaming {turn.num_output_tokens} tok"
+
+
+class ChatListItem(ListItem):
+    def __init__(self, session: ChatSession) -> None:
+        super().__init__(id=f"chat-{session.chat_id}")
+        self.session = session
+
+    def compose(self) -> ComposeResult:
+        yield Label(classes="chat-title")
+        yield Label(classes="chat-meta")
+
+    def on_mount(self) -> None:
+        self.refresh_from_session()
+
+    def refresh_from_session(self) -> None:
+        s = self.session
+        self.query_one(".chat-title", Label).update(Content(safe_text(s.record.title)))
+        status = status_of(s)
+        meta = f"#{s.chat_id} · {fmt.when(s.record.updated_at)}" + (f" · {status}" if status else "")
+        self.query_one(".chat-meta", Label).update(Content(meta))
+        self.set_class(s.busy, "-busy")
+
+
+class ChatList(ListView):
+    """Newest activity first. Enter or a click opens a chat (ListView.Selected)."""
+
+    def item_for(self, chat_id: int) -> ChatListItem | None:
+        for item in self.query(ChatListItem):
+            if item.session.chat_id == chat_id:
+                return item
+        return None
+
+    def index_of(self, chat_id: int) -> int | None:
+        for i, item in enumerate(self.children):
+            if isinstance(item, ChatListItem) and item.session.chat_id == chat_id:
+                return i
+        return None
+
+    async def show(self, sessions: list[ChatSession], current: int | None) -> None:
+        await self.clear()
+        await self.extend([ChatListItem(s) for s in sessions])
+        self.mark_current(current)
+
+    def mark_current(self, chat_id: int | None) -> None:
+        for item in self.query(ChatListItem):
+            item.set_class(item.session.chat_id == chat_id, "-current")
+        index = self.index_of(chat_id) if chat_id is not None else None
+        if index is not None and self.index != index:
+            self.index = index
+
+    def refresh_chat(self, chat_id: int) -> None:
+        item = self.item_for(chat_id)
+        if item is not None:
+            item.refresh_from_session()

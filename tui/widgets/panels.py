@@ -1,0 +1,177 @@
+"""The inspector: live panels for latency, the turn's prompt reuse, decode throughput and KV blocks.
+
+Every figure comes from core/metrics.py (RequestMetrics of a turn, EngineStats snapshots); these
+widgets only format them. Each panel explains itself in one line: as a tooltip on hover, and as a
+visible line while it has focus (Tab to it).
+"""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Sparkline, Static
+
+from llmchat.core.metrics import EngineStats, RequestMetrics
+from llmchat.tui import format as fmt
+from llmchat.tui.sanitize import safe_text
+from llmchat.tui.session import ChatSession
+from llmchat.tui.widgets.bar import SplitBar
+
+EXPLAIN = {
+    "latency": "TTFT = wait + prefill of the uncached prompt (compute-bound). TPOT = one decode step: "
+               "it reads every weight and the chat's K/V from memory, so bandwidth, not compute, sets it.",
+    "prompt": "Prompt tokens whose K and V are already in the cache are reused, not recomputed: "
+              "only the new suffix is prefilled. That keeps TTFT flat as a chat grows.",
+    "decode": "Decode reads all the weights once per step whatever the batch, so tokens/s grows with "
+              "concurrent chats until KV memory or per-token latency sets the limit.",
+    "kv": "The cache holds only K and V of past tokens (never Q, scores or answers), in blocks. "
+          "Chats sharing a prefix (a system prompt) share its blocks; cached blocks are kept until evicted.",
+}
+
+
+class Panel(Vertical, can_focus=True):
+    def __init__(self, key: str, title: str) -> None:
+        super().__init__(id=f"panel-{key}", classes="panel")
+        self.border_title = title
+        self.tooltip = EXPLAIN[key]
+        self.key = key
+
+    def compose_explain(self) -> Static:
+        return Static(Content(EXPLAIN[self.key]), classes="explain")
+
+
+def line(widget: Static, text: str) -> None:
+    widget.update(Content(text))
+
+
+class LatencyPanel(Panel):
+    def __init__(self) -> None:
+        super().__init__("latency", "Latency")
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="ttft", classes="figure")
+        yield Sparkline([], id="ttft-history")
+        yield Static(id="tpot", classes="figure")
+        yield Sparkline([], id="tpot-history")
+        yield Static(id="latency-note", classes="note")
+        yield self.compose_explain()
+
+    def show(self, session: ChatSession | None) -> None:
+        history = session.finished_metrics() if session else []
+        last: RequestMetrics | None = history[-1] if history else None
+        line(self.query_one("#ttft", Static), f"TTFT {fmt.seconds(last.ttft) if last else fmt.DASH}"
+             + (f"  (queue {fmt.seconds(last.queue_time)})" if last else ""))
+        line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(last.tpot) if last else fmt.DASH}")
+        self.query_one("#ttft-history", Sparkline).data = [m.ttft for m in history if m.ttft == m.ttft]
+        self.query_one("#tpot-history", Sparkline).data = [m.tpot for m in history if m.tpot == m.tpot]
+        turn = session.turn if session else None
+        if turn is not None:
+            note = "this turn: waiting for its first token…" if turn.queued else (
+                f"this turn: decoding, {turn.num_output_tokens:,} tokens so far")
+        else:
+            note = f"last turn of {len(history)} in this chat" if history else "no turn yet in this chat"
+        line(self.query_one("#latency-note", Static), note)
+
+
+class PromptPanel(Panel):
+    def __init__(self) -> None:
+        super().__init__("prompt", "Prompt (last turn)")
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="reused", classes="figure")
+        yield SplitBar(("cached", "prefilled"), id="prompt-bar")
+        yield Static(id="prompt-split", classes="note")
+        yield self.compose_explain()
+
+    def show(self, session: ChatSession | None) -> None:
+        history = session.finished_metrics() if session else []
+        m = history[-1] if history else None
+        if m is None:
+            line(self.query_one("#reused", Static), "no turn yet")
+            self.query_one(SplitBar).set_counts((0, 0))
+            line(self.query_one("#prompt-split", Static), "")
+            return
+        line(self.query_one("#reused", Static), fmt.reused(m))
+        self.query_one(SplitBar).set_counts((m.num_cached_tokens, m.num_prefilled_tokens))
+        extra = f" · preempted {m.num_preemptions}×" if m.num_preemptions else ""
+        line(self.query_one("#prompt-split", Static),
+             f"cached {m.num_cached_tokens:,} · prefilled {m.num_prefilled_tokens:,}{extra}")
+
+
+class DecodePanel(Panel):
+    def __init__(self) -> None:
+        super().__init__("decode", "Engine")
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="decode-rate", classes="figure")
+        yield Static(id="requests", classes="note")
+        yield Static(id="hit-rate", classes="note")
+        yield self.compose_explain()
+
+    def show(self, stats: EngineStats | None) -> None:
+        if stats is None:
+            line(self.query_one("#decode-rate", Static), "engine not ready")
+            return
+        line(self.query_one("#decode-rate", Static),
+             f"decode {fmt.rate(stats.decode_tokens_per_s, 'tok/s')} · {fmt.rate(stats.decode_bandwidth_gb_s, 'GB/s')}")
+        line(self.query_one("#requests", Static),
+             f"running {stats.num_running} · waiting {stats.num_waiting} · preempted {stats.num_preemptions}")
+        line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {fmt.percent(stats.prefix_cache_hit_rate)}")
+
+
+class KVPanel(Panel):
+    def __init__(self) -> None:
+        super().__init__("kv", "KV cache")
+
+    def compose(self) -> ComposeResult:
+        yield SplitBar(("used", "cached", "free"), id="kv-bar")
+        yield Static(id="kv-counts", classes="figure")
+        yield Static(id="kv-size", classes="note")
+        yield Static(id="kv-chats", classes="note")
+        yield self.compose_explain()
+
+    def show(self, stats: EngineStats | None, sessions: list[ChatSession]) -> None:
+        if stats is None or stats.num_blocks_total is None:
+            self.query_one(SplitBar).set_counts((0, 0, 0))
+            line(self.query_one("#kv-counts", Static), "no block figures" if stats else "engine not ready")
+            return
+        used, cached, free = stats.num_blocks_used, stats.num_blocks_cached_free, stats.num_blocks_free
+        self.query_one(SplitBar).set_counts((used, cached, free))
+        line(self.query_one("#kv-counts", Static), f"used {used:,} · cached {cached:,} · free {free:,}")
+        line(self.query_one("#kv-size", Static),
+             f"of {stats.num_blocks_total:,} blocks × {stats.block_size} tokens\n"
+             f"K+V per token {fmt.nbytes(stats.kv_bytes_per_token)} (all layers)")
+        line(self.query_one("#kv-chats", Static), chat_blocks_text(sessions))
+
+
+def chat_blocks_text(sessions: list[ChatSession]) -> str:
+    """Per generating chat: its blocks, and how many of them another generating chat holds too."""
+    tables = {s.chat_id: set(s.turn.block_table) for s in sessions if s.turn is not None and s.turn.block_table}
+    if not tables:
+        return "per chat: no reply in flight"
+    lines = ["per chat (replies in flight):"]
+    for s in sessions:
+        if s.chat_id not in tables:
+            continue
+        mine = tables[s.chat_id]
+        others = set().union(*(t for cid, t in tables.items() if cid != s.chat_id))
+        title = safe_text(s.record.title)
+        title = title if len(title) <= 16 else title[:15] + "…"
+        lines.append(f"#{s.chat_id} {title}: {len(mine)} blocks, {len(mine & others)} shared")
+    return "\n".join(lines)
+
+
+class Panels(VerticalScroll):
+    def compose(self) -> ComposeResult:
+        yield LatencyPanel()
+        yield PromptPanel()
+        yield DecodePanel()
+        yield KVPanel()
+
+    def show_chat(self, session: ChatSession | None) -> None:
+        self.query_one(LatencyPanel).show(session)
+        self.query_one(PromptPanel).show(session)
+
+    def show_engine(self, stats: EngineStats | None, sessions: list[ChatSession]) -> None:
+        self.query_one(DecodePanel).show(stats)
+        self.query_one(KVPanel).show(stats, sessions)

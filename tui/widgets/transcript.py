@@ -1,0 +1,154 @@
+"""The conversation: user messages as plain text, replies as Markdown streamed in place, a line of
+metrics under each reply. Everything shown goes through safe_text and is never parsed as markup."""
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Markdown, Static
+
+from llmchat.core.store import StoredMessage
+from llmchat.tui import format as fmt
+from llmchat.tui.sanitize import safe_text
+from llmchat.tui.session import ChatSession
+
+MAX_SHOWN_CHARS = 20_000  # longer messages are shown cut (the whole text is kept, sent and exported)
+
+WELCOME = (
+    "Type a message below and press Enter. Ctrl+J adds a new line; Esc stops a reply.\n"
+    "Several chats can stream at once: start a long answer, press Ctrl+N, ask something else.\n"
+    "The panels on the right show what each turn costs: time to first token, time per token, KV blocks."
+)
+
+
+def shown(text: str) -> str:
+    if len(text) <= MAX_SHOWN_CHARS:
+        return safe_text(text)
+    return safe_text(text[:MAX_SHOWN_CHARS]) + f"\n… ({len(text) - MAX_SHOWN_CHARS:,} more characters not shown)"
+
+
+class MessageView(Vertical, can_focus=True):
+    """One message; focus it (click or Tab) and press c to copy it."""
+
+    BINDINGS = [Binding("c", "copy", "Copy message")]
+
+    def __init__(self, message: StoredMessage) -> None:
+        super().__init__(classes=f"message -{message.role}")
+        self.message = message
+
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.message.content)
+        self.notify(f"Copied {len(self.message.content):,} characters", timeout=2)
+
+
+class UserMessage(MessageView):
+    def compose(self) -> ComposeResult:
+        yield Static(Content(shown(self.message.content)), classes="body")
+
+
+def footer_text(message: StoredMessage, live: str | None = None) -> str:
+    if live is not None:
+        return live
+    status = message.status
+    line = fmt.turn_line(message.metrics) if message.metrics else ""
+    prefix = {
+        "stopped": "stopped",
+        "interrupted": "interrupted: llmchat closed mid-reply",
+        "error": f"cut short: {message.error}" if message.error else "cut short",
+    }.get(status, "")
+    return " · ".join(p for p in (prefix, line) if p)
+
+
+class AssistantMessage(MessageView):
+    def __init__(self, message: StoredMessage, text: str | None = None, live: str | None = None) -> None:
+        super().__init__(message)
+        self._initial = message.content if text is None else text
+        self._live = live
+        self.num_chars_shown = len(self._initial)  # of the raw reply text
+
+    def compose(self) -> ComposeResult:
+        yield Markdown(shown(self._initial), classes="body", open_links=False)
+        yield Static(Content(safe_text(footer_text(self.message, self._live))), classes="footer")
+
+    @property
+    def markdown(self) -> Markdown:
+        return self.query_one(Markdown)
+
+    async def show_upto(self, text: str) -> None:
+        """Show a streaming reply up to `text` (the whole reply so far): appends only what is new, so only
+        the last Markdown block is re-parsed. Called once per frame at most, with everything since."""
+        found = self.query(Markdown)
+        if not found or len(text) <= self.num_chars_shown:  # (not composed yet, or nothing new)
+            return
+        new, self.num_chars_shown = text[self.num_chars_shown :], len(text)
+        if len(found.first().source) < MAX_SHOWN_CHARS:
+            await found.first().append(safe_text(new))
+
+    def set_live(self, live: str) -> None:
+        self.query_one(".footer", Static).update(Content(live))
+
+    async def finish(self) -> None:
+        """The reply is final (self.message updated): stop streaming, show its metrics line."""
+        if self.markdown.source != shown(self.message.content):
+            await self.markdown.update(shown(self.message.content))
+        self.set_class(self.message.status != "done", "-cut")
+        self.query_one(".footer", Static).update(Content(safe_text(footer_text(self.message))))
+
+
+class Transcript(VerticalScroll):
+    """Follows the stream (anchored to the bottom) until the user scrolls up."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.session: ChatSession | None = None
+
+    async def show(self, session: ChatSession | None) -> None:
+        self.session = session
+        with self.app.batch_update():
+            await self.remove_children()
+            widgets: list = []
+            if session is None or not session.record.messages:
+                widgets.append(Static(Content(WELCOME), classes="welcome"))
+            else:
+                turn = session.turn
+                for m in session.record.messages:
+                    if m.role == "user":
+                        widgets.append(UserMessage(m))
+                    elif turn is not None and m is turn.reply:
+                        widgets.append(AssistantMessage(m, turn.text, live=live_text(session)))
+                    else:
+                        widgets.append(AssistantMessage(m))
+            await self.mount_all(widgets)
+        self.anchor()
+
+    async def add_turn(self, session: ChatSession) -> AssistantMessage:
+        turn = session.turn
+        assert turn is not None and session is self.session
+        await self.query(".welcome").remove()
+        reply = AssistantMessage(turn.reply, "", live=live_text(session))
+        await self.mount_all([UserMessage(turn.user), reply])
+        self.anchor()
+        return reply
+
+    def reply_view(self, message: StoredMessage) -> AssistantMessage | None:
+        for view in self.query(AssistantMessage):
+            if view.message is message:
+                return view
+        return None
+
+    async def remove_message(self, message: StoredMessage) -> None:
+        for view in self.query(MessageView):
+            if view.message is message:
+                await view.remove()
+
+
+def live_text(session: ChatSession) -> str:
+    turn = session.turn
+    if turn is None:
+        return ""
+    if turn.cancelled:
+        return "stopping…"
+    if turn.queued:
+        return "waiting for the engine (queue + prefill)…"
+    return f"streaming · {turn.num_output_tokens:,} tokens · Esc stops"
