@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +19,9 @@ from textual.screen import Screen
 
 from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.bridge import EngineBridge, default_engine_factory, model_label
-from llmchat.tui.messages import EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PromptReady
+from llmchat.tui.messages import (
+    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PromptReady, ResidentBlocks,
+)
 from llmchat.tui.screens.chat import BannerView, ChatScreen
 from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from llmchat.tui.sanitize import safe_text
@@ -28,9 +31,12 @@ from llmchat.tui.widgets.chat_list import ChatList
 from llmchat.tui.widgets.prompt_input import PromptInput
 
 if TYPE_CHECKING:
+    from llmchat.core.config import EngineConfig
     from llmchat.tui.bridge import EngineFactory
 
 STATS_INTERVAL_S = 0.25  # panels refresh at 4 Hz at most
+RESIDENT_INTERVAL_S = 1.0  # the per-chat KV breakdown is asked of the engine once a second at most
+NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
 THEMES = ("textual-dark", "textual-light")
 
@@ -53,11 +59,11 @@ class LlmChatApp(App):
     ]
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
-                 model: str | None = None, device: str | None = None) -> None:
+                 model: str | None = None, engine_config: "EngineConfig | None" = None) -> None:
         super().__init__()
         self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
         if engine_factory is None:
-            self.bridge = EngineBridge(self, default_engine_factory(model, device), model_label(model))
+            self.bridge = EngineBridge(self, default_engine_factory(model, engine_config), model_label(model))
         else:
             self.bridge = EngineBridge(self, engine_factory)
         self.turns = TurnManager(self)
@@ -65,6 +71,8 @@ class LlmChatApp(App):
         self.current_id: int | None = None
         self.drafts: dict[int, str] = {}
         self._last_stats = None
+        self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
+        self._resident_asked = 0.0
         self.chat_screen = ChatScreen()
         self.theme = self.store.get_setting("theme", THEMES[0]) or THEMES[0]
 
@@ -122,7 +130,8 @@ class LlmChatApp(App):
         busy = [s for s in self.sessions.values() if s.busy]
         if stats is not self._last_stats or busy:
             self._last_stats = stats
-            screen.panels.show_engine(stats, self.ordered_sessions())
+            self.show_engine_panels()
+            self.ask_resident_blocks()
         for session in busy:
             screen.chat_list.refresh_chat(session.chat_id)
         current = self.current
@@ -133,6 +142,24 @@ class LlmChatApp(App):
             if view is not None:
                 view.set_live(live_text(current))
             screen.panels.show_chat(current)
+
+    def show_engine_panels(self) -> None:
+        sessions = self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]
+        self.chat_screen.panels.show_engine(self.bridge.stats(), sessions, self.resident)
+
+    def ask_resident_blocks(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if now - self._resident_asked < RESIDENT_INTERVAL_S and not force:
+            return
+        chats = {s.chat_id: s.record.token_ids for s in self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]
+                 if s.record.token_ids}
+        if chats and self.bridge.request_resident_blocks(chats):
+            self._resident_asked = now
+
+    def on_resident_blocks(self, msg: ResidentBlocks) -> None:
+        self.resident = msg.blocks
+        if self.ui_alive:
+            self.show_engine_panels()
 
     # -- turn callbacks (from TurnManager) --------------------------------------------------
     async def on_turn_started(self, session: ChatSession) -> None:
@@ -146,6 +173,7 @@ class LlmChatApp(App):
 
     async def on_turn_finished(self, session: ChatSession) -> None:
         screen = self.chat_screen
+        self.ask_resident_blocks(force=True)
         screen.chat_list.refresh_chat(session.chat_id)
         if session.chat_id == self.current_id:
             view = screen.transcript.reply_view(session.record.messages[-1])  # (its text: in finish())
@@ -278,7 +306,7 @@ class LlmChatApp(App):
         await self.refresh_chat_list()
         if self.current_id is None:
             await self.open_chat(self.ordered_sessions()[0].chat_id)
-        self.chat_screen.panels.show_engine(self.bridge.stats(), self.ordered_sessions())
+        self.show_engine_panels()
         self.notify(f"Deleted chat #{session.chat_id}", timeout=2)
 
     def action_settings(self) -> None:
@@ -364,10 +392,15 @@ COMMANDS = [
 
 
 def run_app(args: argparse.Namespace) -> int:
-    """`llmchat`: open the app on args.data_dir (default: the user data dir) with args.model / args.device."""
+    """`llmchat`: the app on args.data_dir (default: the user data dir), the engine as the flags ask
+    (--model, --device, --kv-cache-gb, --no-prefix-cache)."""
+    from llmchat.tui.bridge import DEFAULT_MAX_NUM_SEQS
+    from llmchat.tui.cli import engine_config
+
+    config = engine_config(args, max_num_seqs=DEFAULT_MAX_NUM_SEQS)  # ValueError: a bad flag, said in one line
     data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
     try:
-        app = LlmChatApp(data_dir, model=getattr(args, "model", None), device=getattr(args, "device", None))
+        app = LlmChatApp(data_dir, model=getattr(args, "model", None), engine_config=config)
     except DataDirInUse as e:
         print(f"llmchat: {e}", file=sys.stderr)
         return 2

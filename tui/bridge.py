@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from textual.app import App
 
-from llmchat.tui.messages import EngineEventsPending, EngineFailed, EngineInfo, EngineProgress, EngineReady
+from llmchat.tui.messages import (
+    EngineEventsPending, EngineFailed, EngineInfo, EngineProgress, EngineReady, ResidentBlocks,
+)
 
 if TYPE_CHECKING:  # the engine loads lazily, in a worker thread
+    from llmchat.core.config import EngineConfig
     from llmchat.core.events import EngineEvent
     from llmchat.core.metrics import EngineStats
     from llmchat.core.sampling import SamplingParams
@@ -36,22 +39,19 @@ class StreamItem:
     block_table: tuple[int, ...] | None  # the request's KV blocks when the event was made (None: unknown)
 
 
-def default_engine_factory(model: str | None, device: str | None) -> "EngineFactory":
+def default_engine_factory(model: str | None, config: "EngineConfig | None" = None) -> "EngineFactory":
     """Load the model (fetching/converting it on first use) and start the in-process engine."""
 
     def factory(progress: Callable[[str], None], sink: "Sink") -> "EngineService":
-        import torch
-
         from llmchat.core.config import EngineConfig
         from llmchat.core.engine import LLMEngine
-        from llmchat.core.loader import default_dtype, load_model
+        from llmchat.core.loader import load_model
         from llmchat.core.service import EngineService
 
-        dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        loaded = load_model(model, device=dev, progress=progress)
+        cfg = config or EngineConfig(max_num_seqs=DEFAULT_MAX_NUM_SEQS)
+        loaded = load_model(model, device=cfg.device, progress=progress)
         progress("starting the engine (allocating the KV cache)")
-        config = EngineConfig(model=model, device=dev, dtype=default_dtype(dev), max_num_seqs=DEFAULT_MAX_NUM_SEQS)
-        return EngineService(LLMEngine(loaded, config), sink)
+        return EngineService(LLMEngine(loaded, cfg), sink)
 
     return factory
 
@@ -134,6 +134,19 @@ class EngineBridge:
 
     def cancel(self, handle: "RequestHandle") -> bool:
         return self.service.cancel(handle) if self.service is not None else False
+
+    def request_resident_blocks(self, token_ids_by_chat: dict[int, list[int]]) -> bool:
+        """Ask which KV blocks hold each chat's cached prefix; the answer comes as a ResidentBlocks message.
+        False when the engine cannot tell (not ready, or a backend without block figures)."""
+        ask = getattr(self.service, "resident_blocks", None)
+        if ask is None:
+            return False
+        try:
+            future = ask(token_ids_by_chat)
+        except RuntimeError:  # shut down
+            return False
+        future.add_done_callback(lambda f: f.exception() is None and self.app.post_message(ResidentBlocks(f.result())))
+        return True
 
     def stats(self) -> "EngineStats | None":
         return self.service.stats() if self.service is not None else None

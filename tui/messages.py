@@ -49,3 +49,11 @@ class PromptReady(Message):
         self.turn_token = turn_token
         self.prompt_ids = prompt_ids
         self.error = error
+
+
+class ResidentBlocks(Message):
+    """Per chat id, the KV blocks that hold its cached prefix (from the engine thread)."""
+
+    def __init__(self, blocks: dict[int, tuple[int, ...]]) -> None:
+        super().__init__()
+        self.blocks = blocks

@@ -130,7 +130,7 @@ class KVPanel(Panel):
         yield Static(id="kv-chats", classes="note")
         yield self.compose_explain()
 
-    def show(self, stats: EngineStats | None, sessions: list[ChatSession]) -> None:
+    def show(self, stats: EngineStats | None, sessions: list[ChatSession], resident: dict[int, tuple[int, ...]]) -> None:
         if stats is None or stats.num_blocks_total is None:
             self.query_one(SplitBar).set_counts((0, 0, 0))
             line(self.query_one("#kv-counts", Static), "no block figures" if stats else "engine not ready")
@@ -141,23 +141,31 @@ class KVPanel(Panel):
         line(self.query_one("#kv-size", Static),
              f"of {stats.num_blocks_total:,} blocks × {stats.block_size} tokens\n"
              f"K+V per token {fmt.nbytes(stats.kv_bytes_per_token)} (all layers)")
-        line(self.query_one("#kv-chats", Static), chat_blocks_text(sessions))
+        line(self.query_one("#kv-chats", Static), chat_blocks_text(sessions, resident))
 
 
-def chat_blocks_text(sessions: list[ChatSession]) -> str:
-    """Per generating chat: its blocks, and how many of them another generating chat holds too."""
-    tables = {s.chat_id: set(s.turn.block_table) for s in sessions if s.turn is not None and s.turn.block_table}
-    if not tables:
-        return "per chat: no reply in flight"
-    lines = ["per chat (replies in flight):"]
+def chat_blocks_text(sessions: list[ChatSession], resident: dict[int, tuple[int, ...]]) -> str:
+    """Per chat: the blocks holding its KV (its cached prefix, plus its reply's blocks while one is in flight),
+    and how many of those another listed chat holds too (a shared system prompt, say)."""
+    blocks: dict[int, set[int]] = {}
     for s in sessions:
-        if s.chat_id not in tables:
+        mine = set(resident.get(s.chat_id, ()))
+        if s.turn is not None:
+            mine |= set(s.turn.block_table)
+        if mine:
+            blocks[s.chat_id] = mine
+    if not blocks:
+        return "per chat: nothing cached yet"
+    lines = ["per chat: blocks · shared"]
+    for s in sessions:
+        if s.chat_id not in blocks:
             continue
-        mine = tables[s.chat_id]
-        others = set().union(*(t for cid, t in tables.items() if cid != s.chat_id))
+        mine = blocks[s.chat_id]
+        others = set().union(*(b for cid, b in blocks.items() if cid != s.chat_id))
         title = safe_text(s.record.title)
-        title = title if len(title) <= 16 else title[:15] + "…"
-        lines.append(f"#{s.chat_id} {title}: {len(mine)} blocks, {len(mine & others)} shared")
+        title = title if len(title) <= 15 else title[:14] + "…"
+        live = " ●" if s.turn is not None else ""
+        lines.append(f"#{s.chat_id:<3} {title:15} {len(mine):>4} · {len(mine & others):>3}{live}")
     return "\n".join(lines)
 
 
@@ -172,6 +180,7 @@ class Panels(VerticalScroll):
         self.query_one(LatencyPanel).show(session)
         self.query_one(PromptPanel).show(session)
 
-    def show_engine(self, stats: EngineStats | None, sessions: list[ChatSession]) -> None:
+    def show_engine(self, stats: EngineStats | None, sessions: list[ChatSession],
+                    resident: dict[int, tuple[int, ...]]) -> None:
         self.query_one(DecodePanel).show(stats)
-        self.query_one(KVPanel).show(stats, sessions)
+        self.query_one(KVPanel).show(stats, sessions, resident)
