@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 class RequestHandle:
     """One submitted request. Iterate it for its events (ends after Finished), or wait() for the result."""
 
-    def __init__(self, handle_id: int) -> None:
+    def __init__(self, handle_id: int, owner: object = None) -> None:
         self.handle_id = handle_id
+        self.owner = owner  # the service that issued it
         self.events: queue.Queue[EngineEvent] = queue.Queue()
         self.result: Finished | None = None
         self._done = threading.Event()
@@ -72,13 +73,13 @@ class EngineService:
     def submit(self, prompt_ids: list[int], params: SamplingParams) -> RequestHandle:
         if self._stopped.is_set():
             raise RuntimeError("the engine is shut down")
-        handle = RequestHandle(next(self._ids))
+        handle = RequestHandle(next(self._ids), owner=self)
         self._inbox.put(("submit", handle, list(prompt_ids), params))
         return handle
 
     def cancel(self, handle: RequestHandle) -> bool:
-        """Ask the engine to stop this request; False if it already finished (nothing happens then)."""
-        if handle.done or self._stopped.is_set():
+        """Ask the engine to stop this request; False if it already finished or is not this service's."""
+        if handle.owner is not self or handle.done or self._stopped.is_set():
             return False
         self._inbox.put(("cancel", handle))
         return True

@@ -14,7 +14,7 @@ from llmchat.core.events import Finished, TextDelta
 from llmchat.core.loader import load_model
 from llmchat.core.sampling import SamplingParams
 from llmchat.core.sequence import FinishReason
-from llmchat.core.service import EngineService
+from llmchat.core.service import EngineService, RequestHandle
 
 QUESTIONS = [
     "What is the capital of France? Answer in one sentence.",
@@ -176,6 +176,7 @@ def test_service_cancel_shutdown_and_threads(tiny_model):
     result = handles[0].wait(30)
     assert result.reason is FinishReason.ABORT and result.metrics.num_output_tokens >= 1
     assert service.cancel(handles[0]) is False, "cancelling a finished request does nothing"
+    assert service.cancel(RequestHandle(12345)) is False, "nor does cancelling a handle this service never issued"
     short = service.submit(prompt, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
     assert short.wait(30).reason is FinishReason.LENGTH
     stats = service.stats()
