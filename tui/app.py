@@ -113,7 +113,7 @@ class LlmChatApp(App):
     @property
     def ui_alive(self) -> bool:
         """False once the app is closing: the widgets may be gone, events only update the store."""
-        return not self.turns.closing and self.chat_screen.is_attached
+        return self.is_running and not self.turns.closing and self.chat_screen.is_attached
 
     async def on_engine_events_pending(self, msg: EngineEventsPending) -> None:
         await self.turns.on_engine_events()
@@ -142,6 +142,7 @@ class LlmChatApp(App):
             if view is not None:
                 view.set_live(live_text(current))
             screen.panels.show_chat(current)
+            self.show_header()
 
     def show_engine_panels(self) -> None:
         sessions = self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]

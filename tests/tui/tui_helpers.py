@@ -37,7 +37,10 @@ async def wait_for(pilot, condition, timeout: float = 20.0, step: float = 0.02) 
             state = {cid: (s.turn and (s.turn.num_output_tokens, s.turn.cancelled),
                            [(m.role, m.status, m.finish_reason, m.error) for m in s.record.messages])
                      for cid, s in getattr(app, "sessions", {}).items()}
-            raise AssertionError(f"timed out after {timeout} s; chats: {state}\n{screen_text(app)}")
+            bridge = getattr(app, "bridge", None)
+            engine = bridge and bridge.service and (bridge._posted, len(bridge._items), bridge.stats(),
+                                                    bridge.service._thread.is_alive(), app._message_queue.qsize())
+            raise AssertionError(f"timed out after {timeout} s; chats: {state}\nengine: {engine}\n{screen_text(app)}")
         await pilot.pause(step)
 
 

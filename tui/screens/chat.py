@@ -87,7 +87,9 @@ class ChatScreen(Screen):
             text = "no chat"
         else:
             s = session.settings
-            num = len(session.record.token_ids)
+            turn = session.turn
+            num = (len(turn.prompt_ids) + turn.num_output_tokens if turn and turn.prompt_ids
+                   else len(session.record.token_ids))
             ctx = f"context {num:,}/{max_context:,}" if max_context else f"{num:,} tokens"
             system = "custom system" if s.system_prompt else "default system"
             text = (f"#{session.chat_id} {safe_text(session.record.title)}\n"

@@ -14,7 +14,7 @@ def status_of(session: ChatSession) -> str:
     turn = session.turn
     if turn is None:
         return ""
-    return "queued" if turn.queued else f"streaming {turn.num_output_tokens} tok"
+    return "● queued" if turn.queued else f"● {turn.num_output_tokens} tok"
 
 
 class ChatListItem(ListItem):
@@ -31,11 +31,14 @@ class ChatListItem(ListItem):
 
     def refresh_from_session(self) -> None:
         s = self.session
-        self.query_one(".chat-title", Label).update(Content(safe_text(s.record.title)))
+        self.set_class(s.busy, "-busy")
+        labels = list(self.query(Label))
+        if len(labels) != 2:  # not composed yet: on_mount will show it
+            return
         status = status_of(s)
         meta = f"#{s.chat_id} · {fmt.when(s.record.updated_at)}" + (f" · {status}" if status else "")
-        self.query_one(".chat-meta", Label).update(Content(meta))
-        self.set_class(s.busy, "-busy")
+        labels[0].update(Content(safe_text(s.record.title)))
+        labels[1].update(Content(meta))
 
 
 class ChatList(ListView):

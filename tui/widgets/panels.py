@@ -44,6 +44,13 @@ def line(widget: Static, text: str) -> None:
     widget.update(Content(text))
 
 
+def show_history(sparkline: Sparkline, values: list[float]) -> None:
+    """A sparkline of this chat's turns, oldest first; hidden until there are two turns to compare."""
+    values = [v for v in values if v == v]  # NaN: a turn without that figure
+    sparkline.display = len(values) >= 2
+    sparkline.data = values
+
+
 class LatencyPanel(Panel):
     def __init__(self) -> None:
         super().__init__("latency", "Latency")
@@ -59,11 +66,12 @@ class LatencyPanel(Panel):
     def show(self, session: ChatSession | None) -> None:
         history = session.finished_metrics() if session else []
         last: RequestMetrics | None = history[-1] if history else None
-        line(self.query_one("#ttft", Static), f"TTFT {fmt.seconds(last.ttft) if last else fmt.DASH}"
-             + (f"  (queue {fmt.seconds(last.queue_time)})" if last else ""))
-        line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(last.tpot) if last else fmt.DASH}")
-        self.query_one("#ttft-history", Sparkline).data = [m.ttft for m in history if m.ttft == m.ttft]
-        self.query_one("#tpot-history", Sparkline).data = [m.tpot for m in history if m.tpot == m.tpot]
+        line(self.query_one("#ttft", Static),
+             f"TTFT {fmt.seconds(last.ttft) if last else fmt.DASH} · queue + prefill"
+             + (f"\n     (queued {fmt.seconds(last.queue_time)})" if last else ""))
+        line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(last.tpot) if last else fmt.DASH} · one decode step")
+        show_history(self.query_one("#ttft-history", Sparkline), [m.ttft for m in history])
+        show_history(self.query_one("#tpot-history", Sparkline), [m.tpot for m in history])
         turn = session.turn if session else None
         if turn is not None:
             note = "this turn: waiting for its first token…" if turn.queued else (
@@ -113,7 +121,7 @@ class DecodePanel(Panel):
             line(self.query_one("#decode-rate", Static), "engine not ready")
             return
         line(self.query_one("#decode-rate", Static),
-             f"decode {fmt.rate(stats.decode_tokens_per_s, 'tok/s')} · {fmt.rate(stats.decode_bandwidth_gb_s, 'GB/s')}")
+             f"decode {fmt.rate(stats.decode_tokens_per_s, 'tok/s')} · reads {fmt.rate(stats.decode_bandwidth_gb_s, 'GB/s')}")
         line(self.query_one("#requests", Static),
              f"running {stats.num_running} · waiting {stats.num_waiting} · preempted {stats.num_preemptions}")
         line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {fmt.percent(stats.prefix_cache_hit_rate)}")

@@ -71,10 +71,6 @@ class AssistantMessage(MessageView):
         yield Markdown(shown(self._initial), classes="body", open_links=False)
         yield Static(Content(safe_text(footer_text(self.message, self._live))), classes="footer")
 
-    @property
-    def markdown(self) -> Markdown:
-        return self.query_one(Markdown)
-
     async def show_upto(self, text: str) -> None:
         """Show a streaming reply up to `text` (the whole reply so far): appends only what is new, so only
         the last Markdown block is re-parsed. Called once per frame at most, with everything since."""
@@ -86,14 +82,19 @@ class AssistantMessage(MessageView):
             await found.first().append(safe_text(new))
 
     def set_live(self, live: str) -> None:
-        self.query_one(".footer", Static).update(Content(live))
+        for footer in self.query(".footer"):  # (none while the view is still being composed)
+            footer.update(Content(live))
 
     async def finish(self) -> None:
-        """The reply is final (self.message updated): stop streaming, show its metrics line."""
-        if self.markdown.source != shown(self.message.content):
-            await self.markdown.update(shown(self.message.content))
+        """The reply is final (self.message updated): show all of it and its metrics line."""
         self.set_class(self.message.status != "done", "-cut")
-        self.query_one(".footer", Static).update(Content(safe_text(footer_text(self.message))))
+        markdowns, footers = list(self.query(Markdown)), list(self.query(".footer"))
+        if not markdowns or not footers:  # not composed yet: compose() will show the final message
+            self._initial, self._live = self.message.content, None
+            return
+        if markdowns[0].source != shown(self.message.content):
+            await markdowns[0].update(shown(self.message.content))
+        footers[0].update(Content(safe_text(footer_text(self.message))))
 
 
 class Transcript(VerticalScroll):
