@@ -368,8 +368,20 @@ class ChatStore:
         return message.message_id
 
     def delete_message(self, message_id: int) -> None:
+        """Remove a message (a turn the engine refused); an untitled chat is re-titled from what remains."""
         with self._tx() as db:
+            row = db.execute("SELECT chat_id FROM messages WHERE message_id = ?", (message_id,)).fetchone()
+            if row is None:
+                return
             db.execute("DELETE FROM messages WHERE message_id = ?", (message_id,))
+            first = db.execute(
+                "SELECT content FROM messages WHERE chat_id = ? AND role = 'user' ORDER BY message_id LIMIT 1",
+                (row[0],),
+            ).fetchone()
+            db.execute(
+                "UPDATE chats SET title = ? WHERE chat_id = ? AND title_auto = 1",
+                (title_from(first[0]) if first else DEFAULT_TITLE, row[0]),
+            )
 
     def save_progress(self, chat_id: int, message_id: int, content: str, token_ids: list[int]) -> None:
         """A reply so far and the chat's ids so far (prompt + output), together: a crash keeps both."""

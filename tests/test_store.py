@@ -127,6 +127,21 @@ def test_titles_rename_list_order_and_delete(tmp_path):
         assert remaining == 0  # messages went with their chat
 
 
+def test_deleting_a_refused_first_message_gives_the_title_back(tmp_path):
+    with ChatStore(tmp_path) as store:
+        chat = store.create_chat()
+        first = StoredMessage("user", "way too long")
+        store.add_message(chat.chat_id, first)
+        assert store.load_chat(chat.chat_id).title == "way too long"
+        store.delete_message(first.message_id)
+        assert store.load_chat(chat.chat_id).title == DEFAULT_TITLE
+        store.rename_chat(chat.chat_id, "mine")
+        second = StoredMessage("user", "refused too")
+        store.add_message(chat.chat_id, second)
+        store.delete_message(second.message_id)
+        assert store.load_chat(chat.chat_id).title == "mine"  # a title the user gave stays
+
+
 def test_settings_and_app_settings(tmp_path):
     with ChatStore(tmp_path) as store:
         chat = store.create_chat()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import Screen
 
 from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse, default_data_dir
@@ -71,6 +72,7 @@ class LlmChatApp(App):
         self.current_id: int | None = None
         self.drafts: dict[int, str] = {}
         self._last_stats = None
+        self._shut_down = False
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
         self._resident_asked = 0.0
         self.chat_screen = ChatScreen()
@@ -114,6 +116,14 @@ class LlmChatApp(App):
     def ui_alive(self) -> bool:
         """False once the app is closing: the widgets may be gone, events only update the store."""
         return self.is_running and not self.turns.closing and self.chat_screen.is_attached
+
+    async def guarded(self, awaitable) -> None:
+        """Await a UI update that may meet widgets already gone because the app is closing meanwhile."""
+        try:
+            await awaitable
+        except NoMatches:
+            if self.ui_alive:
+                raise
 
     async def on_engine_events_pending(self, msg: EngineEventsPending) -> None:
         await self.turns.on_engine_events()
@@ -189,13 +199,16 @@ class LlmChatApp(App):
     async def on_turn_refused(self, session: ChatSession, text: str) -> None:
         screen = self.chat_screen
         screen.chat_list.refresh_chat(session.chat_id)
+        self.show_engine_panels()
         if session.chat_id == self.current_id:
-            await screen.transcript.show(session)
-            screen.show_banner(session.banner)
             if not screen.prompt.text.strip():
                 screen.prompt.set_message(text)
             else:
                 self.drafts.setdefault(session.chat_id, text)
+            screen.show_banner(session.banner)
+            screen.panels.show_chat(session)
+            self.show_header()
+            await screen.transcript.show(session)
         else:
             self.drafts[session.chat_id] = text
             self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8)
@@ -205,8 +218,9 @@ class LlmChatApp(App):
         session = self.current
         if session is None:
             return
-        if await self.turns.send(session, msg.text):
-            self.chat_screen.prompt.clear_message()
+        if self.turns.can_send(session):
+            self.chat_screen.prompt.clear_message()  # before anything awaits: a refusal may put it back
+            await self.turns.send(session, msg.text)
 
     async def on_list_view_selected(self, msg: ChatList.Selected) -> None:
         item = msg.item
@@ -358,8 +372,8 @@ class LlmChatApp(App):
         for key, title, help_text in COMMANDS:
             yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
         for s in self.ordered_sessions():
-            yield SystemCommand(f"Open chat #{s.chat_id}: {s.record.title}", "switch to this chat",
-                                lambda chat_id=s.chat_id: self.run_worker(self.open_chat(chat_id)))
+            yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.record.title)}", "switch to this chat",
+                                lambda chat_id=s.chat_id: self.open_chat(chat_id))
 
     # -- quit -------------------------------------------------------------------------------
     async def action_quit(self) -> None:
@@ -367,9 +381,10 @@ class LlmChatApp(App):
         self.exit()
 
     async def shutdown(self) -> None:
-        """Stop the engine and store every reply in flight as far as it got; safe to call twice."""
-        if self.store is None or self.store._db is None:
+        """Stop the engine and store every reply in flight as far as it got; runs once."""
+        if self._shut_down:
             return
+        self._shut_down = True
         await self.turns.close()
         self.store.close()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from llmchat.core.store import StoredMessage, title_from
+from llmchat.core.store import DEFAULT_TITLE, StoredMessage, title_from
 from llmchat.tui.bridge import StreamItem, one_line
 from llmchat.tui.messages import PromptReady
 from llmchat.tui.session import Banner, ChatSession, Turn
@@ -41,14 +41,19 @@ class TurnManager:
         return self.app.bridge
 
     # -- send -------------------------------------------------------------------------------
-    async def send(self, session: ChatSession, text: str) -> bool:
-        """Start a turn; False (and a notice) when it cannot start now."""
+    def can_send(self, session: ChatSession) -> bool:
+        """Whether a turn can start now; if not, a notice says why (the message stays in the box)."""
         if not self.bridge.ready:
             self.app.notify("The model is still loading; your message stays in the box.", severity="warning")
             return False
         if session.busy:
             self.app.notify("This chat is still replying: Esc stops it, Ctrl+N starts another chat.", severity="warning")
             return False
+        return True
+
+    async def send(self, session: ChatSession, text: str) -> None:
+        """Start a turn (can_send must be true): store the message, tokenize in a worker, show it."""
+        assert self.bridge.ready and not session.busy
         user = StoredMessage("user", text)
         reply = StoredMessage("assistant", "", status="streaming")
         chat = session.core_chat()
@@ -65,8 +70,7 @@ class TurnManager:
             lambda: self._prepare(session.chat_id, session.turn, chat, session.settings),
             thread=True, group="prompts", exit_on_error=False, description="tokenize a prompt",
         )
-        await self.app.on_turn_started(session)
-        return True
+        await self.app.guarded(self.app.on_turn_started(session))
 
     def _prepare(self, chat_id: int, turn: Turn, chat: "Chat", settings: "ChatSettings") -> None:
         """Worker thread: the prompt's token ids (old ids + what the new message adds) and sampling params."""
@@ -142,7 +146,7 @@ class TurnManager:
             return
         view = self.app.chat_screen.transcript.reply_view(session.turn.reply)
         if view is not None:
-            await view.show_upto(session.turn.text)
+            await self.app.guarded(view.show_upto(session.turn.text))
             self._next_flush = now + 2 * (time.monotonic() - now)
 
     # -- finish -----------------------------------------------------------------------------
@@ -171,7 +175,7 @@ class TurnManager:
         session.turn = None
         session.banner = self._banner_after(session, finished, len(token_ids))
         if self.app.ui_alive:
-            await self.app.on_turn_finished(session)
+            await self.app.guarded(self.app.on_turn_finished(session))
 
     def _banner_after(self, session: ChatSession, finished: "Finished | None", num_tokens: int) -> Banner | None:
         if finished is None:
@@ -195,10 +199,13 @@ class TurnManager:
         for m in (turn.user, turn.reply):
             self.store.delete_message(m.message_id)
             session.record.messages.remove(m)
+        if session.record.title_auto:
+            first = next((m for m in session.record.messages if m.role == "user"), None)
+            session.record.title = title_from(first.content) if first else DEFAULT_TITLE
         session.turn = None
         session.banner = Banner("error", f"{why} Your message is back in the input box; nothing was truncated.")
         if self.app.ui_alive:
-            await self.app.on_turn_refused(session, turn.user_text)
+            await self.app.guarded(self.app.on_turn_refused(session, turn.user_text))
 
     # -- close ------------------------------------------------------------------------------
     async def close(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from conftest import SIZE
-from tui_helpers import press, screen_text, wait_for
+from tui_helpers import press, quit_app, screen_text, wait_for
 
 from llmchat.core.store import ChatSettings, ChatStore
 from llmchat.tui.screens.dialogs import ConfirmScreen, TextPromptScreen
@@ -102,7 +102,7 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         expected = {cid: (s.record.title, [(m.role, m.content, m.status) for m in s.record.messages],
                           list(s.record.token_ids), [m.metrics for m in s.record.messages])
                     for cid, s in app.sessions.items()}
-        await press(pilot, "ctrl+q")
+        await quit_app(pilot)
 
     with ChatStore(tmp_path / "data") as store:  # what is on disk
         assert {c.chat_id for c in store.list_chats()} == set(expected)
@@ -173,6 +173,6 @@ async def test_settings_dialog_validates_and_saves(make_app, tmp_path):
         await pilot.pause()
         assert chat.settings == ChatSettings("You are terse.", 0.3, 0.9, 77)
         assert "temp 0.3 · top-p 0.9 · max 77 · custom system" in screen_text(app)
-        await press(pilot, "ctrl+q")
+        await quit_app(pilot)
     with ChatStore(tmp_path / "data") as store:
         assert store.load_chat(chat.chat_id).settings == ChatSettings("You are terse.", 0.3, 0.9, 77)

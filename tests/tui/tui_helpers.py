@@ -55,3 +55,9 @@ async def press(pilot, *keys: str, settle: float = 0.05) -> None:
         app._driver.send_message(events.Key(key, char))
         await pilot.pause(settle)
         await pilot._wait_for_screen()
+
+
+async def quit_app(pilot) -> None:
+    """Ctrl+Q, then wait until the app has stored everything and let go of the data dir."""
+    await press(pilot, "ctrl+q")
+    await wait_for(pilot, lambda: pilot.app.store._db is None)
