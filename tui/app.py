@@ -7,6 +7,7 @@ the palette (Ctrl+P) and most have a key shown in the footer.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from collections.abc import Iterable
@@ -166,6 +167,14 @@ class LlmChatApp(App):
                  if s.record.token_ids}
         if chats and self.bridge.request_resident_blocks(chats):
             self._resident_asked = now
+
+    async def ask_resident_blocks_now(self) -> None:
+        """Ask now and wait for the answer (for tests and snapshots)."""
+        chats = {s.chat_id: s.record.token_ids for s in self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]}
+        ask = getattr(self.bridge.service, "resident_blocks", None)
+        if ask is not None and chats:
+            self.resident = await asyncio.wrap_future(ask(chats))
+            self.show_engine_panels()
 
     def on_resident_blocks(self, msg: ResidentBlocks) -> None:
         self.resident = msg.blocks

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import io
+import os
+import re
 import time
+from pathlib import Path
 
 from rich.console import Console
 from textual import events
@@ -61,3 +64,35 @@ async def quit_app(pilot) -> None:
     """Ctrl+Q, then wait until the app has stored everything and let go of the data dir."""
     await press(pilot, "ctrl+q")
     await wait_for(pilot, lambda: pilot.app.store._db is None)
+
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+_VOLATILE = [  # figures that depend on the machine's speed or the clock, not on what the app does
+    (re.compile(r"\d[\d,.]*\s?(ms|s|tok/s|GB/s)\b"), r"‹n› \1"),
+    (re.compile(r"\b\d\d:\d\d\b"), "‹hh:mm›"),
+    (re.compile(r"[▁▂▃▄▅▆▇█]{2,}"), "‹sparkline›"),
+    (re.compile(r"\b[0-9a-f]{16}\b"), "‹model›"),
+    (re.compile(r"hit rate \d+%"), "hit rate ‹n›%"),
+    (re.compile(r" {2,}"), "  "),  # a shorter or longer figure shifts what follows it
+]
+
+
+def normalized(text: str) -> str:
+    for pattern, repl in _VOLATILE:
+        text = pattern.sub(repl, text)
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def assert_snapshot(app: App, name: str) -> str:
+    """Compare the screen (as text, volatile figures masked) with snapshots/NAME.txt; the first run, or a run
+    with LLMCHAT_UPDATE_SNAPSHOTS=1, writes it (and NAME.svg beside it, for people). Returns the raw text."""
+    raw = screen_text(app)
+    text = normalized(raw)
+    path = SNAPSHOTS / f"{name}.txt"
+    if os.environ.get("LLMCHAT_UPDATE_SNAPSHOTS") or not path.exists():
+        SNAPSHOTS.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        app.save_screenshot(f"{name}.svg", str(SNAPSHOTS))
+    expected = path.read_text(encoding="utf-8")
+    assert text == expected, f"the screen differs from {path} (LLMCHAT_UPDATE_SNAPSHOTS=1 rewrites it):\n{text}"
+    return raw
