@@ -46,6 +46,7 @@ THEMES = ("textual-dark", "textual-light")
 class LlmChatApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
     BINDINGS = [
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("escape", "stop", "Stop reply"),
@@ -373,8 +374,11 @@ class LlmChatApp(App):
             self.store.set_setting("theme", theme)
 
     def action_toggle_panels(self) -> None:
-        panels = self.chat_screen.panels
-        panels.display = not panels.display
+        """Show or hide the panels (hidden by default below 130 columns, where the conversation needs the room)."""
+        screen = self.chat_screen
+        shown = screen.panels.display
+        screen.set_class(not shown, "-panels-shown")
+        screen.set_class(shown, "-panels-hidden")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

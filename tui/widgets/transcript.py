@@ -18,7 +18,7 @@ MAX_SHOWN_CHARS = 20_000  # longer messages are shown cut (the whole text is kep
 WELCOME = (
     "Type a message below and press Enter. Ctrl+J adds a new line; Esc stops a reply.\n"
     "Several chats can stream at once: start a long answer, press Ctrl+N, ask something else.\n"
-    "The panels on the right show what each turn costs: time to first token, time per token, KV blocks."
+    "The panels (right; Ctrl+B) show what each turn costs: time to first token, time per token, KV blocks."
 )
 
 
