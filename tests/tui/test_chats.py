@@ -176,3 +176,42 @@ async def test_settings_dialog_validates_and_saves(make_app, tmp_path):
         await quit_app(pilot)
     with ChatStore(tmp_path / "data") as store:
         assert store.load_chat(chat.chat_id).settings == ChatSettings("You are terse.", 0.3, 0.9, 77)
+
+
+async def test_the_view_follows_the_stream_until_the_user_scrolls_up(make_app):
+    app = make_app()
+    async with app.run_test(size=(150, 30)) as pilot:
+        await wait_for(pilot, lambda: app.bridge.ready)
+        chat = app.current
+        set_settings(app, chat, ChatSettings(None, 0.0, 1.0, 900))
+        await send(pilot, "a long one please")
+        view = app.chat_screen.transcript
+        await wait_for(pilot, lambda: view.max_scroll_y > 5)
+        await wait_for(pilot, lambda: view.scroll_y >= view.max_scroll_y - 1, timeout=5)  # following the stream
+        view.focus()
+        await pilot.pause(0.1)
+        await press(pilot, "pageup")
+        await pilot.pause(0.5)  # (the scroll animates)
+        held, bottom = view.scroll_y, view.max_scroll_y
+        assert held < bottom, (app.focused, view.can_focus, held, bottom)
+        await wait_for(pilot, lambda: view.max_scroll_y > bottom + 3)
+        assert view.scroll_y == held  # the reader stays where they scrolled
+        await press(pilot, "end")
+        await wait_for(pilot, lambda: view.max_scroll_y > bottom + 6)
+        await wait_for(pilot, lambda: view.scroll_y >= view.max_scroll_y - 1, timeout=5)  # following again
+        await press(pilot, "escape")
+        await wait_for(pilot, lambda: not chat.busy)
+
+
+async def test_each_panel_explains_itself_on_hover_and_focus(make_app):
+    from llmchat.tui.widgets.panels import EXPLAIN
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        for key, text in EXPLAIN.items():
+            panel = app.chat_screen.query_one(f"#panel-{key}")
+            assert panel.tooltip == text
+            assert text[:30] not in screen_text(app)
+            panel.focus()
+            await pilot.pause(0.1)
+            assert text[:30] in screen_text(app).replace("\n", " ") or text.split()[0] in screen_text(app)
