@@ -237,8 +237,11 @@ class ChatStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK if the block raises."""
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK if the block raises; inside batch() it joins that one."""
         with self._lock:
+            if self._db.in_transaction:  # within batch(): one transaction for all
+                yield self._db
+                return
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -246,6 +249,12 @@ class ChatStore:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Several changes as one transaction: all of them land, or none."""
+        with self._tx():
+            yield
 
     def _check_version(self) -> int:
         row = self._db.execute(

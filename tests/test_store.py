@@ -163,6 +163,20 @@ def test_failed_write_changes_nothing(tmp_path):
         assert store._db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
 
 
+def test_a_batch_lands_whole_or_not_at_all(tmp_path):
+    with ChatStore(tmp_path) as store:
+        chat = store.create_chat()
+        with pytest.raises(sqlite3.IntegrityError):
+            with store.batch():
+                store.add_message(chat.chat_id, StoredMessage("user", "kept only with its reply"))
+                store.add_message(chat.chat_id + 1, StoredMessage("assistant", "no such chat"))
+        assert store.load_chat(chat.chat_id).messages == [] and store.load_chat(chat.chat_id).title == DEFAULT_TITLE
+        with store.batch():
+            store.add_message(chat.chat_id, StoredMessage("user", "q"))
+            store.add_message(chat.chat_id, StoredMessage("assistant", "a"))
+        assert [m.content for m in store.load_chat(chat.chat_id).messages] == ["q", "a"]
+
+
 def test_one_writer_per_data_dir_and_readers_allowed(tmp_path):
     store = ChatStore(tmp_path)
     chat = store.create_chat()

@@ -354,7 +354,11 @@ class LlmChatApp(App):
         session = self.current
         if session is None:
             return
-        paths = export_chat(session.record, self.store.data_dir / "exports")
+        try:
+            paths = export_chat(session.record, self.store.data_dir / "exports")
+        except OSError as e:
+            self.notify(f"Could not export: {e}", severity="error")
+            return
         self.notify("Exported to " + " and ".join(str(p) for p in paths), timeout=6)
 
     def action_copy_reply(self) -> None:

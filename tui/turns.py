@@ -7,6 +7,7 @@ or a close keeps the reply up to where it got.
 """
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ class TurnManager:
         self.by_handle: dict[int, ChatSession] = {}
         self.closing = False
         self._next_flush = 0.0
+        self._last_write_error = -1e9
 
     @property
     def store(self):
@@ -57,8 +59,14 @@ class TurnManager:
         user = StoredMessage("user", text)
         reply = StoredMessage("assistant", "", status="streaming")
         chat = session.core_chat()
-        self.store.add_message(session.chat_id, user)
-        self.store.add_message(session.chat_id, reply)
+        try:
+            with self.store.batch():
+                self.store.add_message(session.chat_id, user)
+                self.store.add_message(session.chat_id, reply)
+        except sqlite3.Error as e:
+            self._write_failed(e)
+            self.app.chat_screen.prompt.set_message(text)
+            return
         record = session.record
         if record.title_auto and not any(m.role == "user" for m in record.messages):
             record.title = title_from(text)
@@ -134,8 +142,8 @@ class TurnManager:
             turn = session.turn
             if turn is not None and turn.handle is not None and now - turn.last_saved >= SAVE_EVERY_S:
                 turn.last_saved = now
-                self.store.save_progress(session.chat_id, turn.reply.message_id, turn.text,
-                                         turn.prompt_ids + turn.output_ids)
+                self._write(self.store.save_progress, session.chat_id, turn.reply.message_id, turn.text,
+                            turn.prompt_ids + turn.output_ids)
 
     async def flush(self) -> None:
         """Show the current chat's newly streamed text: one Markdown append per frame, not per token, and
@@ -170,7 +178,7 @@ class TurnManager:
             token_ids = turn.prompt_ids + list(finished.output_ids)
         if token_ids is None:
             token_ids = list(session.record.token_ids)
-        self.store.finish_turn(session.chat_id, reply, token_ids)
+        self._write(self.store.finish_turn, session.chat_id, reply, token_ids)
         session.record.token_ids = token_ids
         session.turn = None
         session.banner = self._banner_after(session, finished, len(token_ids))
@@ -197,7 +205,7 @@ class TurnManager:
         """The engine refused the prompt: the turn is undone and the message goes back to the input."""
         turn = session.turn
         for m in (turn.user, turn.reply):
-            self.store.delete_message(m.message_id)
+            self._write(self.store.delete_message, m.message_id)
             session.record.messages.remove(m)
         if session.record.title_auto:
             first = next((m for m in session.record.messages if m.role == "user"), None)
@@ -206,6 +214,21 @@ class TurnManager:
         session.banner = Banner("error", f"{why} Your message is back in the input box; nothing was truncated.")
         if self.app.ui_alive:
             await self.app.guarded(self.app.on_turn_refused(session, turn.user_text))
+
+    # -- disk -------------------------------------------------------------------------------
+    def _write(self, fn, *args) -> None:
+        """A store write; if the disk fails (full, read-only), say so and carry on in memory."""
+        try:
+            fn(*args)
+        except sqlite3.Error as e:
+            self._write_failed(e)
+
+    def _write_failed(self, error: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last_write_error > 10:  # once in a while, not per token
+            self._last_write_error = now
+            self.app.notify(f"Could not save to {self.store.path}: {error}. The chat goes on in memory.",
+                            severity="error", timeout=10)
 
     # -- close ------------------------------------------------------------------------------
     async def close(self) -> None:
