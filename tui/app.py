@@ -1,8 +1,9 @@
 """LlmChatApp: chats on the left, the conversation in the middle, the engine's panels on the right.
 
 The app owns the store (chats on disk), the bridge (the engine, loaded in a worker thread so the UI
-paints at once) and one ChatSession per chat. Actions are methods here; each also has a command in
-the palette (Ctrl+P) and most have a key shown in the footer.
+paints at once) and one ChatSession per chat; it routes engine messages to the turn manager and keeps
+the screen current. The actions on chats live in tui/actions.py; each has a command in the palette
+(Ctrl+P) and most have a key shown in the footer.
 """
 from __future__ import annotations
 
@@ -10,23 +11,20 @@ import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual.app import App, SystemCommand
+from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
-from textual.screen import Screen
 
-from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse, default_data_dir
+from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
+from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory, model_label
 from llmchat.tui.messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PromptReady, ResidentBlocks,
 )
 from llmchat.tui.screens.chat import BannerView, ChatScreen
-from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
-from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
 from llmchat.tui.turns import TurnManager
 from llmchat.tui.widgets.chat_list import ChatList
@@ -40,10 +38,9 @@ STATS_INTERVAL_S = 0.25  # panels refresh at 4 Hz at most
 RESIDENT_INTERVAL_S = 1.0  # the per-chat KV breakdown is asked of the engine once a second at most
 NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
-THEMES = ("textual-dark", "textual-light")
 
 
-class LlmChatApp(App):
+class LlmChatApp(ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
@@ -265,133 +262,6 @@ class LlmChatApp(App):
         info = self.bridge.info
         self.chat_screen.show_header(self.current, info.max_context if info else None)
 
-    async def action_new_chat(self) -> None:
-        current = self.current
-        if current is not None and not current.record.messages and not current.busy:
-            self.chat_screen.prompt.focus()  # already on an empty chat
-            return
-        settings = current.settings if current else ChatSettings()
-        record = self.store.create_chat(ChatSettings(settings.system_prompt, settings.temperature,
-                                                     settings.top_p, settings.max_tokens))
-        self.sessions[record.chat_id] = ChatSession(record)
-        await self.refresh_chat_list()
-        await self.open_chat(record.chat_id)
-
-    async def action_switch(self, step: int) -> None:
-        ordered = [s.chat_id for s in self.ordered_sessions()]
-        if self.current_id in ordered and len(ordered) > 1:
-            await self.open_chat(ordered[(ordered.index(self.current_id) + step) % len(ordered)])
-
-    def action_stop(self) -> None:
-        session = self.current
-        if session is not None and self.turns.cancel(session):
-            self.notify("Stopping the reply; what it wrote so far is kept.", timeout=2)
-
-    def action_rename(self) -> None:
-        session = self.current
-        if session is not None:
-            screen = TextPromptScreen(f"Rename chat #{session.chat_id}", session.record.title)
-            self.push_screen(screen, lambda title: self.rename_chat(session, title))
-
-    def rename_chat(self, session: ChatSession, title: str | None) -> None:
-        if title is None:
-            return
-        try:
-            self.store.rename_chat(session.chat_id, title)
-        except ValueError as e:
-            self.notify(str(e), severity="error")
-            return
-        session.record.title, session.record.title_auto = " ".join(title.split()), False
-        self.chat_screen.chat_list.refresh_chat(session.chat_id)
-        self.show_header()
-
-    def action_delete(self) -> None:
-        session = self.current
-        if session is None:
-            return
-        busy = " Its reply in progress will be stopped." if session.busy else ""
-        question = (f"Delete chat #{session.chat_id} “{session.record.title}” and its "
-                    f"{len(session.record.messages)} messages?{busy} This cannot be undone.")
-        self.push_screen(ConfirmScreen(safe_text(question), yes="Delete"),
-                         lambda yes: self.delete_chat(session) if yes else None)
-
-    async def delete_chat(self, session: ChatSession) -> None:
-        if session.chat_id not in self.sessions:
-            return
-        self.turns.cancel(session)
-        self.store.delete_chat(session.chat_id)
-        del self.sessions[session.chat_id]
-        self.drafts.pop(session.chat_id, None)
-        if self.current_id == session.chat_id:
-            self.current_id = None
-            self.chat_screen.prompt.clear_message()
-        if not self.sessions:
-            record = self.store.create_chat(session.settings)
-            self.sessions[record.chat_id] = ChatSession(record)
-        await self.refresh_chat_list()
-        if self.current_id is None:
-            await self.open_chat(self.ordered_sessions()[0].chat_id)
-        self.show_engine_panels()
-        self.notify(f"Deleted chat #{session.chat_id}", timeout=2)
-
-    def action_settings(self) -> None:
-        session = self.current
-        if session is not None:
-            screen = SettingsScreen(f"#{session.chat_id}", session.settings)
-            self.push_screen(screen, lambda settings: self.save_settings(session, settings))
-
-    def save_settings(self, session: ChatSession, settings: ChatSettings | None) -> None:
-        if settings is None or session.chat_id not in self.sessions:
-            return
-        self.store.update_settings(session.chat_id, settings)
-        session.record.settings = settings
-        self.show_header()
-        self.notify("Settings saved; they apply from the next message.", timeout=2)
-
-    def action_export(self) -> None:
-        from llmchat.tui.export import export_chat
-
-        session = self.current
-        if session is None:
-            return
-        try:
-            paths = export_chat(session.record, self.store.data_dir / "exports")
-        except OSError as e:
-            self.notify(f"Could not export: {e}", severity="error")
-            return
-        self.notify("Exported to " + " and ".join(str(p) for p in paths), timeout=6)
-
-    def action_copy_reply(self) -> None:
-        session = self.current
-        replies = [m for m in session.record.messages if m.role == "assistant"] if session else []
-        if not replies:
-            self.notify("No reply to copy yet", severity="warning")
-            return
-        self.copy_to_clipboard(replies[-1].content)
-        self.notify(f"Copied the last reply ({len(replies[-1].content):,} characters)", timeout=2)
-
-    def action_toggle_theme(self) -> None:
-        self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
-
-    def watch_theme(self, theme: str) -> None:
-        if self.is_running:
-            self.store.set_setting("theme", theme)
-
-    def action_toggle_panels(self) -> None:
-        """Show or hide the panels (hidden by default below 130 columns, where the conversation needs the room)."""
-        screen = self.chat_screen
-        shown = screen.panels.display
-        screen.set_class(not shown, "-panels-shown")
-        screen.set_class(shown, "-panels-hidden")
-
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
-        for key, title, help_text in COMMANDS:
-            yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
-        for s in self.ordered_sessions():
-            yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.record.title)}", "switch to this chat",
-                                lambda chat_id=s.chat_id: self.open_chat(chat_id))
-
     # -- quit -------------------------------------------------------------------------------
     async def action_quit(self) -> None:
         await self.shutdown()
@@ -407,21 +277,6 @@ class LlmChatApp(App):
 
     async def on_unmount(self) -> None:
         await self.shutdown()
-
-
-COMMANDS = [
-    ("new_chat", "New chat", "start a new chat (Ctrl+N)"),
-    ("stop", "Stop the reply", "stop the current chat's reply; the text so far is kept (Esc)"),
-    ("rename", "Rename chat", "give the current chat a title (Ctrl+R)"),
-    ("delete", "Delete chat", "delete the current chat, after a confirmation (Ctrl+D)"),
-    ("settings", "Chat settings", "system prompt, temperature, top-p, max tokens (Ctrl+O)"),
-    ("export", "Export chat", "write the chat as Markdown and JSON under the data dir (Ctrl+S)"),
-    ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
-    ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
-    ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
-    ("switch(1)", "Next chat", "open the next chat in the list (Ctrl+Down)"),
-    ("switch(-1)", "Previous chat", "open the previous chat in the list (Ctrl+Up)"),
-]
 
 
 def run_app(args: argparse.Namespace) -> int:

@@ -16,7 +16,8 @@ from textual.command import CommandPalette
 from tui_helpers import press, quit_app, screen_text, wait_for
 
 from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse
-from llmchat.tui.app import COMMANDS, LlmChatApp, run_app
+from llmchat.tui.actions import COMMANDS
+from llmchat.tui.app import LlmChatApp, run_app
 from llmchat.tui.export import chat_dict, run_export
 from llmchat.tui.sanitize import is_safe
 
