@@ -7,8 +7,6 @@ import pytest
 
 from llmchat.tui.app import LlmChatApp
 
-SIZE = (150, 45)
-
 
 @pytest.fixture(scope="session")
 def chatty_model(tiny_model):

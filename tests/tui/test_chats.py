@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import SIZE
-from tui_helpers import press, quit_app, screen_text, wait_for
+from tui_helpers import SIZE, press, quit_app, screen_text, wait_for
 
 from llmchat.core.store import ChatSettings, ChatStore
 from llmchat.tui.screens.dialogs import ConfirmScreen, TextPromptScreen

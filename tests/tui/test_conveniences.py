@@ -10,10 +10,10 @@ import threading
 import time
 
 import pytest
-from conftest import SIZE
+
 from textual import events
 from textual.command import CommandPalette
-from tui_helpers import press, quit_app, screen_text, wait_for
+from tui_helpers import SIZE, press, quit_app, screen_text, wait_for
 
 from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse
 from llmchat.tui.actions import COMMANDS

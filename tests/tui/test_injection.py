@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from conftest import SIZE
 from textual import events
-from tui_helpers import press, screen_ansi, screen_text, wait_for
+from tui_helpers import SIZE, press, screen_ansi, screen_text, wait_for
 
 from llmchat.core.events import TextDelta
 from llmchat.core.store import ChatSettings, ChatStore, StoredMessage

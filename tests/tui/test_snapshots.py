@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import SIZE
-from tui_helpers import assert_snapshot, press, wait_for
+from tui_helpers import SIZE, assert_snapshot, press, wait_for
 
 from llmchat.core.store import ChatSettings
 

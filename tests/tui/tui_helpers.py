@@ -12,6 +12,8 @@ from textual import events
 from textual.app import App
 from textual.keys import _character_to_key
 
+SIZE = (150, 45)  # the terminal size of the UI tests: wide enough for the chat list, conversation and panels
+
 
 def _render(app: App) -> Console:
     width, height = app.size
