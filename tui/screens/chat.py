@@ -39,7 +39,7 @@ class ChatScreen(Screen):
                 yield Static(id="chat-header")
                 with Horizontal(id="loading"):
                     yield ProgressBar(total=None, show_eta=False, show_percentage=False)
-                    yield Static(Content("starting…"), id="loading-line")
+                    yield Static(Content("loading the model (a first start fetches and converts it)…"), id="loading-line")
                 yield Transcript(id="transcript")
                 yield BannerView(id="banner")
                 yield PromptInput(id="prompt")
