@@ -98,7 +98,12 @@ def chat_table(store: ChatStore) -> str:
 def run_export(args: argparse.Namespace) -> int:
     """`llmchat export [CHAT_ID] [--format markdown|json] [--output FILE]`; reads the store without locking it."""
     data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
-    with ChatStore(data_dir, readonly=True) as store:
+    try:
+        store = ChatStore(data_dir, readonly=True)
+    except (FileNotFoundError, RuntimeError) as e:  # no chats there yet; a store from a newer llmchat
+        print(f"llmchat: {e}", file=sys.stderr)
+        return 2
+    with store:
         if getattr(args, "chat_id", None) is None:
             print(chat_table(store))
             return 0

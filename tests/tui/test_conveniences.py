@@ -68,6 +68,9 @@ async def test_export_copy_and_theme(make_app, tmp_path):
         with contextlib.redirect_stderr(io.StringIO()) as err:
             assert run_export(argparse.Namespace(data_dir=str(data), chat_id=999, format="markdown", output=None)) == 2
         assert "no chat with id 999" in err.getvalue()
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            assert run_export(argparse.Namespace(data_dir=str(tmp_path / "empty"), chat_id=None)) == 2
+        assert "no chats in" in err.getvalue() and "--data-dir" in err.getvalue()
 
         assert app.theme == "textual-dark"
         await press(pilot, "ctrl+t")
