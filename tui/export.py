@@ -76,7 +76,10 @@ def chat_dict(record: ChatRecord) -> dict:
 
 def chat_json(record: ChatRecord) -> str:
     """JSON text; control characters (C0 by json itself, DEL, C1, bidi controls here) are \\u escapes."""
-    return json.dumps(chat_dict(record), ensure_ascii=False, indent=2).translate(_JSON_ESCAPE) + "\n"
+    d = chat_dict(record)
+    ids, d["token_ids"] = d["token_ids"], "\0ids"  # thousands of ids: one line, not one per line
+    text = json.dumps(d, ensure_ascii=False, indent=2).translate(_JSON_ESCAPE)
+    return text.replace('"\\u0000ids"', json.dumps(ids, separators=(",", ":")), 1) + "\n"
 
 
 def export_chat(record: ChatRecord, folder: Path) -> tuple[Path, Path]:
