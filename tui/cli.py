@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
 
+    export = sub.add_parser("export", help="write a chat as Markdown or JSON (without CHAT_ID: list the chats)")
+    export.add_argument("chat_id", nargs="?", type=int, metavar="CHAT_ID", help="the chat's id (shown as #ID in the app)")
+    export.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    export.add_argument("-o", "--output", help="write to this file (default: stdout)")
+    export.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
+
     bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
     bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all)")
     bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
@@ -96,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
             folder = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
             print(f"default model ready in {folder}")
             return 0
-        print("llmchat: the chat app is not built yet; try `llmchat ask \"...\"`", file=sys.stderr)
-        return 0
+        if args.command == "export":
+            from llmchat.tui.export import run_export
+
+            return run_export(args)
+        from llmchat.tui.app import run_app
+
+        return run_app(args)
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # bad input and load failures: one line, no traceback
