@@ -11,11 +11,11 @@ from llmchat.core.config import EngineConfig
 from llmchat.core.events import EngineEvent, Finished, TextDelta
 from llmchat.core.kv_cache import PagedKVCache, default_kv_cache_bytes
 from llmchat.core.loader import LoadedModel
-from llmchat.core.metrics import EngineStats, RequestMetrics, StatsWindow, StepStats, now
+from llmchat.core.metrics import EngineStats, LiveRequest, RequestMetrics, StatsWindow, StepStats, now
 from llmchat.core.runner import ModelRunner
 from llmchat.core.sampling import SamplingParams
 from llmchat.core.scheduler import ScheduledBatch, Scheduler
-from llmchat.core.sequence import FinishReason, Sequence
+from llmchat.core.sequence import FinishReason, Sequence, SequenceStatus
 from llmchat.core.stop import StopStringMatcher
 from llmchat.core.tokenizer import IncrementalDetokenizer
 
@@ -192,6 +192,16 @@ class LLMEngine:
             decode_tokens_per_s=tokens_per_s,
             decode_bandwidth_gb_s=gb_per_s,
             num_preemptions=self.window.num_preemptions,
+            requests=tuple(self._live(seq) for seq in (*self.scheduler.running, *self.scheduler.waiting)),
+        )
+
+    @staticmethod
+    def _live(seq: Sequence) -> LiveRequest:
+        t = seq.timings
+        return LiveRequest(
+            seq.request_id, seq.status is SequenceStatus.WAITING, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0),
+            min(seq.num_computed_tokens, seq.num_prompt_tokens), seq.num_output_tokens, t.ttft(), t.tpot(),
+            seq.num_preemptions,
         )
 
     def blocks_of(self, request_id: int) -> list[int]:

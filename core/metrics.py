@@ -30,6 +30,17 @@ class RequestTimings:
         self.last_token = t
         self.num_output_tokens += 1
 
+    def ttft(self) -> float:
+        return self.first_token - self.arrival if self.first_token is not None else float("nan")
+
+    def tpot(self) -> float:
+        if self.num_output_tokens < 2 or self.first_token is None or self.last_token is None:
+            return float("nan")
+        return (self.last_token - self.first_token) / (self.num_output_tokens - 1)
+
+    def queue_time(self) -> float:
+        return self.scheduled - self.arrival if self.scheduled is not None else float("nan")
+
 
 @dataclass(frozen=True, slots=True)
 class RequestMetrics:
@@ -51,16 +62,8 @@ class RequestMetrics:
         cls, t: RequestTimings, num_prompt_tokens: int, num_cached_tokens: int, num_preemptions: int = 0,
         load_seconds: float = 0.0,
     ) -> "RequestMetrics":
-        nan = float("nan")
-        ttft = t.first_token - t.arrival if t.first_token is not None else nan
-        tpot = (
-            (t.last_token - t.first_token) / (t.num_output_tokens - 1)
-            if t.num_output_tokens > 1 and t.first_token is not None and t.last_token is not None
-            else nan
-        )
-        queue = (t.scheduled - t.arrival) if t.scheduled is not None else nan
-        return cls(num_prompt_tokens, num_cached_tokens, t.num_output_tokens, queue, ttft, tpot, num_preemptions,
-                   load_seconds)
+        return cls(num_prompt_tokens, num_cached_tokens, t.num_output_tokens, t.queue_time(), t.ttft(), t.tpot(),
+                   num_preemptions, load_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,21 @@ class StepStats:
     num_decode_tokens: int
     seconds: float
     bytes_read: int  # weights + KV read by the step (estimate), for achieved bandwidth
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRequest:
+    """A request still in flight, as of the snapshot: prefill progress and the latencies so far."""
+
+    request_id: int
+    waiting: bool
+    num_prompt_tokens: int
+    num_cached_tokens: int  # reused from the prefix cache (0 until admitted)
+    num_computed_prompt_tokens: int  # prefill progress: prompt tokens whose KV is in the cache
+    num_output_tokens: int
+    ttft: float  # NaN until the first token
+    tpot: float  # so far; NaN with fewer than 2 tokens
+    num_preemptions: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +109,10 @@ class EngineStats:
     decode_tokens_per_s: float  # over the recent window of decode steps
     decode_bandwidth_gb_s: float  # bytes read per decode step / step time, recent window
     num_preemptions: int = 0
+    requests: tuple[LiveRequest, ...] = ()  # in flight: running first, then waiting
+
+    def request(self, request_id: int | None) -> LiveRequest | None:
+        return next((r for r in self.requests if r.request_id == request_id), None)
 
 
 class StatsWindow:

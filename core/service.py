@@ -28,6 +28,7 @@ class RequestHandle:
     def __init__(self, handle_id: int, owner: object = None) -> None:
         self.handle_id = handle_id
         self.owner = owner  # the service that issued it
+        self.request_id: int | None = None  # the engine's id, set once the engine took it (see EngineStats.requests)
         self.events: queue.Queue[EngineEvent] = queue.Queue()
         self.result: Finished | None = None
         self._done = threading.Event()
@@ -147,6 +148,7 @@ class EngineService:
         if msg[0] == "submit":
             _, handle, prompt_ids, params = msg
             request_id = self.engine.add_request(prompt_ids, params)
+            handle.request_id = request_id
             self._by_request[request_id] = handle
             self._request_of[handle.handle_id] = request_id
         elif msg[0] == "call":

@@ -229,3 +229,21 @@ def test_resident_blocks_show_what_chats_share(tiny_model):
     assert len(set(blocks["a"]) & set(blocks["b"])) == common // 16
     assert len(blocks["a"]) == (len(chats["a"].token_ids) - 1) // 16  # every computed full block is resident
     service.shutdown()
+
+
+def test_stats_show_requests_in_flight(tiny_model):
+    engine = LLMEngine(tiny_model, EngineConfig(max_num_batched_tokens=16))
+    long_prompt = tiny_model.tokenizer.encode("a fairly long prompt that needs several chunks " * 4)
+    rid = engine.add_request(long_prompt, SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
+    engine.step()
+    live = engine.stats().request(rid)
+    assert live is not None and not live.waiting
+    assert live.num_computed_prompt_tokens == 16 and live.num_output_tokens == 0  # chunked prefill progress
+    assert live.ttft != live.ttft  # NaN: no token yet
+    while engine.stats().request(rid).num_output_tokens < 3:
+        engine.step()
+    live = engine.stats().request(rid)
+    assert live.num_computed_prompt_tokens == len(long_prompt) and live.tpot > 0 and live.ttft > 0
+    while engine.has_work:
+        engine.step()
+    assert engine.stats().request(rid) is None

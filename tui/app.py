@@ -150,7 +150,9 @@ class LlmChatApp(ChatActions, App):
             view = screen.transcript.reply_view(current.turn.reply)
             if view is not None:
                 view.set_live(live_text(current))
-            screen.panels.show_chat(current)
+            handle = current.turn.handle
+            live = stats.request(handle.request_id) if stats is not None and handle is not None else None
+            screen.panels.show_chat(current, live)
             self.show_header()
 
     def show_engine_panels(self) -> None:

@@ -11,7 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Sparkline, Static
 
-from llmchat.core.metrics import EngineStats, RequestMetrics
+from llmchat.core.metrics import EngineStats, LiveRequest, RequestMetrics
 from llmchat.tui import format as fmt
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
@@ -63,21 +63,28 @@ class LatencyPanel(Panel):
         yield Static(id="latency-note", classes="note")
         yield self.compose_explain()
 
-    def show(self, session: ChatSession | None) -> None:
+    def show(self, session: ChatSession | None, live: LiveRequest | None = None) -> None:
+        """The chat's last finished turn and its history; while a turn runs, its own figures so far."""
         history = session.finished_metrics() if session else []
         last: RequestMetrics | None = history[-1] if history else None
+        turn = session.turn if session else None
+        if turn is not None and live is not None and live.num_output_tokens:
+            ttft, queue, tpot = live.ttft, None, live.tpot
+            note = f"this turn: decoding, {live.num_output_tokens:,} tokens so far (TPOT live)"
+        else:
+            ttft, queue, tpot = (last.ttft, last.queue_time, last.tpot) if last else (None, None, None)
+            if turn is None:
+                note = f"last turn of {len(history)} in this chat" if history else "no turn yet in this chat"
+            elif live is not None and not live.waiting:
+                note = (f"this turn: prefilling {live.num_computed_prompt_tokens:,} of {live.num_prompt_tokens:,} "
+                        f"prompt tokens ({live.num_cached_tokens:,} reused)")
+            else:
+                note = "this turn: waiting for its first token…"
         line(self.query_one("#ttft", Static),
-             f"TTFT {fmt.seconds(last.ttft) if last else fmt.DASH} · queue + prefill"
-             + (f"\n     (queued {fmt.seconds(last.queue_time)})" if last else ""))
-        line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(last.tpot) if last else fmt.DASH} · one decode step")
+             f"TTFT {fmt.seconds(ttft)} · queue + prefill" + (f"\n     (queued {fmt.seconds(queue)})" if queue else ""))
+        line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(tpot)} · one decode step")
         show_history(self.query_one("#ttft-history", Sparkline), [m.ttft for m in history])
         show_history(self.query_one("#tpot-history", Sparkline), [m.tpot for m in history])
-        turn = session.turn if session else None
-        if turn is not None:
-            note = "this turn: waiting for its first token…" if turn.queued else (
-                f"this turn: decoding, {turn.num_output_tokens:,} tokens so far")
-        else:
-            note = f"last turn of {len(history)} in this chat" if history else "no turn yet in this chat"
         line(self.query_one("#latency-note", Static), note)
 
 
@@ -184,8 +191,8 @@ class Panels(VerticalScroll):
         yield DecodePanel()
         yield KVPanel()
 
-    def show_chat(self, session: ChatSession | None) -> None:
-        self.query_one(LatencyPanel).show(session)
+    def show_chat(self, session: ChatSession | None, live: LiveRequest | None = None) -> None:
+        self.query_one(LatencyPanel).show(session, live)
         self.query_one(PromptPanel).show(session)
 
     def show_engine(self, stats: EngineStats | None, sessions: list[ChatSession],
