@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from llmchat.kernels.paged_attention_tile import _attend_paged_tile
 from llmchat.kernels.triton_support import cdiv, check_launchable, jit, next_power_of_2, tl, upcast_dot
 
 
@@ -59,26 +60,12 @@ def _paged_prefill_attention_kernel(
     for n_start in range(0, kv_end, BLOCK_N):
         n = n_start + tl.arange(0, BLOCK_N)  # key positions
         n_mask = n < kv_end
-        block_ids = tl.load(block_tables_ptr + seq * stride_bt_seq + n // BLOCK_SIZE, mask=n_mask, other=0)
-        kv_offs = (block_ids.to(tl.int64)[:, None] * stride_cache_block + (n % BLOCK_SIZE)[:, None] * stride_cache_slot
-                   + kv_head * stride_cache_head + dims[None, :])
-        kv_mask = n_mask[:, None] & dim_mask[None, :]
-        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, DIM_PAD]
-        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)  # [BLOCK_N, DIM_PAD]
-        p_dtype = v.dtype
-        if UPCAST_DOT:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale  # [BLOCK_M, BLOCK_N]
         visible = (n[None, :] <= q_pos[:, None]) & n_mask[None, :]  # causal; key 0 is visible to every row
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        p = p.to(p_dtype).to(v.dtype)  # rounded like the values it weighs (FlashAttention's convention)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        m_i = m_new
+        m_i, l_i, acc = _attend_paged_tile(
+            q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, stride_bt_seq, n, n_mask, visible,
+            kv_head, dims, dim_mask, stride_cache_block, stride_cache_slot, stride_cache_head, qk_scale,
+            BLOCK_SIZE, UPCAST_DOT,
+        )
 
     out = acc / l_i[:, None]
     out_offs = (q_start + rows)[:, None] * stride_out_tok + q_head * stride_out_head + dims[None, :]

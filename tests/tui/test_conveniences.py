@@ -13,7 +13,7 @@ import pytest
 
 from textual import events
 from textual.command import CommandPalette
-from tui_helpers import SIZE, press, quit_app, screen_text, wait_for
+from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
 from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse
 from llmchat.tui.actions import COMMANDS
@@ -22,23 +22,12 @@ from llmchat.tui.export import chat_dict, run_export
 from llmchat.tui.sanitize import is_safe
 
 
-async def one_turn(pilot, text: str, settings: ChatSettings) -> None:
-    app = pilot.app
-    chat = app.current
-    app.store.update_settings(chat.chat_id, settings)
-    chat.record.settings = settings
-    app.chat_screen.prompt.load_text(text)
-    await press(pilot, "enter")
-    await wait_for(pilot, lambda: chat.record.messages and not chat.busy)
-    await pilot.pause(0.2)  # let the screen repaint
-
-
 async def test_export_copy_and_theme(make_app, tmp_path):
     data = tmp_path / "data"
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.bridge.ready)
-        await one_turn(pilot, "Export me\x1b[2J", ChatSettings(None, 0.0, 1.0, 20))
+        await one_turn(pilot, "Export me\x1b[2J", ChatSettings(None, 0.0, 1.0, 20), repaint=0.2)
         chat = app.current
         reply = chat.record.messages[-1]
 
@@ -86,7 +75,7 @@ async def test_command_palette_has_every_action_and_runs_them(make_app):
     for key, _, _ in COMMANDS:
         assert hasattr(app, "action_" + key.split("(")[0]), key
     async with app.run_test(size=SIZE) as pilot:
-        await one_turn(pilot, "first", ChatSettings(None, 0.0, 1.0, 5))
+        await one_turn(pilot, "first", ChatSettings(None, 0.0, 1.0, 5), repaint=0.2)
         first = app.current
         await press(pilot, "ctrl+p")
         assert isinstance(app.screen, CommandPalette)
@@ -131,7 +120,7 @@ async def test_a_chat_that_fills_the_context_gets_a_banner_then_refuses_politely
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.bridge.ready)
-        await one_turn(pilot, "word " * 900, ChatSettings(None, 0.0, 1.0, 2000))
+        await one_turn(pilot, "word " * 900, ChatSettings(None, 0.0, 1.0, 2000), repaint=0.2)
         chat = app.current
         reply = chat.record.messages[-1]
         assert reply.finish_reason == "length" and len(chat.record.token_ids) == 1024

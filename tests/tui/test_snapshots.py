@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import re
 
-from tui_helpers import SIZE, assert_snapshot, press, wait_for
+from tui_helpers import SIZE, assert_snapshot, one_turn, press, wait_for
 
 from llmchat.core.store import ChatSettings
 
 SYSTEM = "You are a meticulous assistant for a team of engineers. " * 6  # ~70 tokens: 4+ full blocks
-
-
-async def turn(pilot, text: str, settings: ChatSettings) -> None:
-    app = pilot.app
-    chat = app.current
-    app.store.update_settings(chat.chat_id, settings)
-    chat.record.settings = settings
-    app.chat_screen.prompt.load_text(text)
-    await press(pilot, "enter")
-    await wait_for(pilot, lambda: chat.record.messages and not chat.busy)
 
 
 async def settle(pilot) -> None:
@@ -42,7 +32,7 @@ async def test_streamed_reply_with_panels(make_app):
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.bridge.ready)
-        await turn(pilot, "What is a KV cache?", ChatSettings(None, 0.0, 1.0, 24))
+        await one_turn(pilot, "What is a KV cache?", ChatSettings(None, 0.0, 1.0, 24))
         await settle(pilot)
         text = assert_snapshot(app, "streamed_reply")
         m = app.current.record.messages[-1].metrics
@@ -59,10 +49,10 @@ async def test_kv_panel_with_two_chats_sharing_a_prefix(make_app):
     settings = ChatSettings(SYSTEM, 0.0, 1.0, 8)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.bridge.ready)
-        await turn(pilot, "First chat, first question", settings)
+        await one_turn(pilot, "First chat, first question", settings)
         first = app.current
         await press(pilot, "ctrl+n")
-        await turn(pilot, "Second chat asks something else", settings)
+        await one_turn(pilot, "Second chat asks something else", settings)
         second = app.current
         await settle(pilot)
         text = assert_snapshot(app, "kv_two_chats_sharing")

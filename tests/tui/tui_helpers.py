@@ -98,3 +98,16 @@ def assert_snapshot(app: App, name: str) -> str:
     expected = path.read_text(encoding="utf-8")
     assert text == expected, f"the screen differs from {path} (LLMCHAT_UPDATE_SNAPSHOTS=1 rewrites it):\n{text}"
     return raw
+
+
+async def one_turn(pilot, text: str, settings, repaint: float = 0.0) -> None:
+    """Send text in the current chat with these settings and wait until the reply has finished."""
+    app = pilot.app
+    chat = app.current
+    app.store.update_settings(chat.chat_id, settings)
+    chat.record.settings = settings
+    app.chat_screen.prompt.load_text(text)
+    await press(pilot, "enter")
+    await wait_for(pilot, lambda: chat.record.messages and not chat.busy)
+    if repaint:
+        await pilot.pause(repaint)  # let the screen repaint
