@@ -38,6 +38,10 @@ def load_model(
 ) -> LoadedModel:
     """Resolve (fetch/convert if needed), memory-map and build the model; raises ModelLoadError on bad input."""
     start = time.perf_counter()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this torch build sees no CUDA GPU; use --device cpu")
+    if not (device == "cpu" or device.startswith("cuda")):
+        raise ValueError(f"unknown device {device!r}; use cpu or cuda")
     dtype = dtype or default_dtype(device)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")

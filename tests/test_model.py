@@ -95,6 +95,14 @@ def test_ask_bad_model_is_one_line_exit_2(tmp_path):
     assert not any((tmp_path / "c").rglob("*.safetensors"))
 
 
+def test_ask_on_a_missing_gpu_is_one_line_exit_2():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", "--device", "cuda"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "no CUDA GPU" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_ask_empty_question_is_refused():
     result = subprocess.run(
         [sys.executable, "-m", "llmchat.tui.cli", "ask", "   "], capture_output=True, text=True, timeout=120
