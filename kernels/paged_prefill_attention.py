@@ -154,10 +154,13 @@ def paged_prefill_attention_ref(
             q_pos = torch.arange(seq_len - q_len + c_start, seq_len - q_len + c_start + c_len, device=q.device)
             num_keys = int(q_pos[-1]) + 1  # the chunk's last query sees keys 0 .. its own position
             qc = q[first : first + c_len].float().reshape(c_len, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
-            qc = qc.reshape(num_kv_heads, group * c_len, head_dim)  # [kv_heads, group * c_len, head_dim]
-            scores = qc @ k[:, :num_keys].transpose(1, 2)  # [kv_heads, group * c_len, num_keys]
-            future = torch.arange(num_keys, device=q.device)[None, :] > q_pos[:, None]  # [c_len, num_keys]
-            scores = scores.view(num_kv_heads, group, c_len, num_keys).mul_(scale).masked_fill_(future, float("-inf"))
+            qc = qc.reshape(num_kv_heads, group * c_len, head_dim) * scale  # [kv_heads, group * c_len, head_dim]
+            scores = qc @ k[:, :num_keys].transpose(1, 2)  # [kv_heads, group * c_len, num_keys], scaled
+            scores = scores.view(num_kv_heads, group, c_len, num_keys)
+            # every key before the chunk's first position is visible to all its rows: mask only the rest
+            first_key = int(q_pos[0])
+            keys = torch.arange(first_key, num_keys, device=q.device)
+            scores[..., first_key:].masked_fill_(keys[None, :] > q_pos[:, None], float("-inf"))  # causal
             probs = torch.softmax(scores, dim=-1).view(num_kv_heads, group * c_len, num_keys)
             oc = (probs @ v[:, :num_keys]).view(num_kv_heads, group, c_len, head_dim)  # [kv_heads, group, c_len, dim]
             out[first : first + c_len] = oc.permute(2, 0, 1, 3).reshape(c_len, num_q_heads, head_dim).to(q.dtype)
