@@ -18,14 +18,25 @@ def chat_messages(question: str, system: str | None = None) -> list[dict]:
 
 
 class AskStream:
-    """Iterate for text deltas; `metrics` is set once the iteration ends."""
+    """Iterate for text deltas (the request starts with the iteration); `metrics` is set once it ends."""
 
-    def __init__(self, deltas: Iterator[str]) -> None:
-        self._deltas = deltas
+    def __init__(self, engine: LLMEngine, prompt_ids: list[int], params: SamplingParams, load_seconds: float):
+        self.engine = engine
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.load_seconds = load_seconds
         self.metrics: RequestMetrics | None = None
 
     def __iter__(self) -> Iterator[str]:
-        return self._deltas
+        self.engine.add_request(self.prompt_ids, self.params)
+        while self.engine.has_work:
+            for event in self.engine.step():
+                if isinstance(event, TextDelta) and event.text:
+                    yield event.text
+                elif isinstance(event, Finished):
+                    if event.error:
+                        raise ValueError(event.error)
+                    self.metrics = dataclasses.replace(event.metrics, load_seconds=self.load_seconds)
 
 
 def ask_stream(
@@ -36,25 +47,11 @@ def ask_stream(
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> AskStream:
-    """Load the model, submit one request to an engine, and stream its text deltas."""
+    """Load the model and set up one request on an engine sized for it; iterate the result for the reply."""
     loaded = load_model(model, device=device or "cpu", progress=progress)
     prompt_ids = loaded.tokenizer.encode_chat(chat_messages(question, system))
     element_size = loaded.model.embed_tokens.weight.element_size()
     num_tokens = min(len(prompt_ids) + params.max_tokens, loaded.config.max_position_embeddings) + 16
     kv_bytes = loaded.config.kv_bytes_per_token(element_size) * num_tokens  # one request: no more KV than it can use
     engine = LLMEngine(loaded, EngineConfig(max_num_seqs=1, kv_cache_bytes=kv_bytes))
-    stream = AskStream(iter(()))
-
-    def deltas() -> Iterator[str]:
-        engine.add_request(prompt_ids, params)
-        while engine.has_work:
-            for event in engine.step():
-                if isinstance(event, TextDelta) and event.text:
-                    yield event.text
-                elif isinstance(event, Finished):
-                    if event.error:
-                        raise ValueError(event.error)
-                    stream.metrics = dataclasses.replace(event.metrics, load_seconds=loaded.load_seconds)
-
-    stream._deltas = deltas()
-    return stream
+    return AskStream(engine, prompt_ids, params, loaded.load_seconds)
