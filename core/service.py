@@ -89,12 +89,20 @@ class EngineService:
         with self._stats_lock:
             return self._stats
 
-    def resident_blocks(self, token_ids_by_key: dict) -> Future:
-        """For each key (a chat, say), the KV blocks that hold its token ids' cached prefix, read on the engine
-        thread. The future's result: {key: tuple of block ids}; keys sharing ids share those blocks."""
-        return self._call(lambda engine: {
-            key: tuple(engine.block_manager.resident_blocks(ids)) for key, ids in token_ids_by_key.items()
-        })
+    def resident_blocks(self, token_ids_by_key: dict, in_flight: dict | None = None) -> Future:
+        """For each key (a chat, say), the KV blocks that hold its token ids' cached prefix, plus the block
+        table of its request in flight (in_flight: key -> RequestHandle), read on the engine thread.
+        The future's result: {key: tuple of block ids}; keys sharing ids share those blocks."""
+        in_flight = in_flight or {}
+
+        def read(engine: LLMEngine) -> dict:
+            blocks = {key: set(engine.block_manager.resident_blocks(ids)) for key, ids in token_ids_by_key.items()}
+            for key, handle in in_flight.items():
+                if handle.request_id is not None:
+                    blocks.setdefault(key, set()).update(engine.blocks_of(handle.request_id))
+            return {key: tuple(sorted(ids)) for key, ids in blocks.items() if ids}
+
+        return self._call(read)
 
     def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
         future: Future = Future()

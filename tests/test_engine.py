@@ -228,6 +228,12 @@ def test_resident_blocks_show_what_chats_share(tiny_model):
     common = next(i for i, (x, y) in enumerate(zip(chats["a"].token_ids, chats["b"].token_ids)) if x != y)
     assert len(set(blocks["a"]) & set(blocks["b"])) == common // 16
     assert len(blocks["a"]) == (len(chats["a"].token_ids) - 1) // 16  # every computed full block is resident
+    prompt = chats["b"].prompt_for(tiny_model.tokenizer, "and a long reply?")
+    running = service.submit(prompt, SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True))
+    next(iter(running))  # it is decoding
+    live = service.resident_blocks({"b": chats["b"].token_ids}, {"b": running}).result(30)
+    assert len(live["b"]) >= -(-len(prompt) // 16)  # its whole block table, the partial last block included
+    assert set(blocks["b"]) <= set(live["b"])  # the reply extends the chat's cached blocks
     service.shutdown()
 
 

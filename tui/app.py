@@ -163,17 +163,23 @@ class LlmChatApp(ChatActions, App):
         now = time.monotonic()
         if now - self._resident_asked < RESIDENT_INTERVAL_S and not force:
             return
-        chats = {s.chat_id: s.record.token_ids for s in self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]
-                 if s.record.token_ids}
-        if chats and self.bridge.request_resident_blocks(chats):
+        chats, in_flight = self.kv_panel_chats()
+        if (chats or in_flight) and self.bridge.request_resident_blocks(chats, in_flight):
             self._resident_asked = now
+
+    def kv_panel_chats(self) -> tuple[dict, dict]:
+        """The KV panel's chats: their token ids (cached prefix) and their requests in flight."""
+        sessions = self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]
+        chats = {s.chat_id: s.record.token_ids for s in sessions if s.record.token_ids}
+        in_flight = {s.chat_id: s.turn.handle for s in sessions if s.turn is not None and s.turn.handle is not None}
+        return chats, in_flight
 
     async def ask_resident_blocks_now(self) -> None:
         """Ask now and wait for the answer (for tests and snapshots)."""
-        chats = {s.chat_id: s.record.token_ids for s in self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]}
+        chats, in_flight = self.kv_panel_chats()
         ask = getattr(self.bridge.service, "resident_blocks", None)
-        if ask is not None and chats:
-            self.resident = await asyncio.wrap_future(ask(chats))
+        if ask is not None and (chats or in_flight):
+            self.resident = await asyncio.wrap_future(ask(chats, in_flight))
             self.show_engine_panels()
 
     def on_resident_blocks(self, msg: ResidentBlocks) -> None:

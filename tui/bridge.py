@@ -36,7 +36,6 @@ DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 class StreamItem:
     handle: "RequestHandle"
     event: "EngineEvent"
-    block_table: tuple[int, ...] | None  # the request's KV blocks when the event was made (None: unknown)
 
 
 def default_engine_factory(model: str | None, config: "EngineConfig | None" = None) -> "EngineFactory":
@@ -79,7 +78,6 @@ class EngineBridge:
         self._lock = threading.Lock()
         self._items: list[StreamItem] = []
         self._posted = False
-        self._blocks_of: Callable[[int], list[int]] | None = None
 
     # -- start (a thread worker) ------------------------------------------------------------
     def start(self) -> None:
@@ -89,7 +87,6 @@ class EngineBridge:
             self.app.post_message(EngineFailed(one_line(e)))
             return
         engine: Any = getattr(service, "engine", None)
-        self._blocks_of = getattr(engine, "blocks_of", None)
         loaded = getattr(engine, "loaded", None)
         self.info = EngineInfo(
             model_name=self.label or (loaded.folder.name if loaded else "remote"),
@@ -111,11 +108,8 @@ class EngineBridge:
 
     # -- engine thread ----------------------------------------------------------------------
     def _sink(self, handle: "RequestHandle", event: "EngineEvent") -> None:
-        table = None
-        if self._blocks_of is not None and not hasattr(event, "reason"):  # a TextDelta of a running request
-            table = tuple(self._blocks_of(event.request_id))  # safe: we are on the engine thread
         with self._lock:
-            self._items.append(StreamItem(handle, event, table))
+            self._items.append(StreamItem(handle, event))
             if self._posted:
                 return
             self._posted = True
@@ -135,14 +129,15 @@ class EngineBridge:
     def cancel(self, handle: "RequestHandle") -> bool:
         return self.service.cancel(handle) if self.service is not None else False
 
-    def request_resident_blocks(self, token_ids_by_chat: dict[int, list[int]]) -> bool:
-        """Ask which KV blocks hold each chat's cached prefix; the answer comes as a ResidentBlocks message.
-        False when the engine cannot tell (not ready, or a backend without block figures)."""
+    def request_resident_blocks(self, token_ids_by_chat: dict[int, list[int]],
+                                in_flight: dict[int, "RequestHandle"] | None = None) -> bool:
+        """Ask which KV blocks hold each chat's cached prefix and its request in flight; the answer comes as a
+        ResidentBlocks message. False when the engine cannot tell (not ready, or a backend without block figures)."""
         ask = getattr(self.service, "resident_blocks", None)
         if ask is None:
             return False
         try:
-            future = ask(token_ids_by_chat)
+            future = ask(token_ids_by_chat, in_flight)
         except RuntimeError:  # shut down
             return False
         future.add_done_callback(lambda f: f.exception() is None and self.app.post_message(ResidentBlocks(f.result())))

@@ -23,7 +23,6 @@ class Turn:
     handle: RequestHandle | None = None
     output_ids: list[int] = field(default_factory=list)
     text_parts: list[str] = field(default_factory=list)
-    block_table: tuple[int, ...] = ()
     cancelled: bool = False  # Esc before the prompt reached the engine
     last_saved: float = field(default_factory=time.monotonic)
 

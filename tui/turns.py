@@ -135,8 +135,6 @@ class TurnManager:
             else:
                 turn.text_parts.append(event.text)
                 turn.output_ids.extend(event.token_ids)
-                if item.block_table:
-                    turn.block_table = item.block_table
         now = time.monotonic()
         for session in self.app.sessions.values():
             turn = session.turn

@@ -165,8 +165,6 @@ def chat_blocks_text(sessions: list[ChatSession], resident: dict[int, tuple[int,
     blocks: dict[int, set[int]] = {}
     for s in sessions:
         mine = set(resident.get(s.chat_id, ()))
-        if s.turn is not None:
-            mine |= set(s.turn.block_table)
         if mine:
             blocks[s.chat_id] = mine
     if not blocks:
