@@ -100,6 +100,14 @@ def fixed(num_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True)
 
 
+def chat_turn(engine: LLMEngine, chat: Chat, text: str, num_tokens: int) -> Finished:
+    """One turn of a chat: its prompt extends the chat's ids, and the chat keeps what the model said."""
+    prompt = chat.prompt_for(engine.tokenizer, text)
+    (result,), _ = run_all(engine, [(prompt, fixed(num_tokens))])
+    chat.record_turn(text, prompt, list(result.output_ids), result.text)
+    return result
+
+
 class Bench:
     def __init__(self, loaded: LoadedModel, size: BenchSize, log: Callable[[str], None] = lambda _: None,
                  config: EngineConfig = EngineConfig()):
@@ -158,10 +166,8 @@ class Bench:
             for _ in range(s.repeats):
                 engine, chat, salt = self.engine(enable_prefix_caching=caching), Chat.new(), self.next_salt()
                 for turn in range(s.chat_turns):
-                    text = filler_text(s.chat_message_tokens, salt * 100 + turn)
-                    prompt = chat.prompt_for(self.loaded.tokenizer, text)
-                    (r,), _ = run_all(engine, [(prompt, fixed(s.chat_reply_tokens))])
-                    chat.record_turn(text, prompt, list(r.output_ids), r.text)
+                    r = chat_turn(engine, chat, filler_text(s.chat_message_tokens, salt * 100 + turn),
+                                  s.chat_reply_tokens)
                     per_turn[turn].append(r.metrics.ttft * 1e3)
             for turn, values in enumerate(per_turn, start=1):
                 self.results.add("chat", variant, "ttft", values, "ms", turn=turn)
@@ -192,27 +198,17 @@ class Bench:
             engine = self.engine()
             chats = []
             for _c in range(4):  # build the histories
-                chat, salt = Chat.new(), self.next_salt()
-                text = filler_text(s.switch_history_tokens, salt)
-                prompt = chat.prompt_for(self.loaded.tokenizer, text)
-                (r,), _ = run_all(engine, [(prompt, fixed(16))])
-                chat.record_turn(text, prompt, list(r.output_ids), r.text)
+                chat = Chat.new()
+                chat_turn(engine, chat, filler_text(s.switch_history_tokens, self.next_salt()), 16)
                 chats.append(chat)
             turn = 0
             for round_ in range(s.switch_rounds):
                 for c, chat in enumerate(chats):
                     turn += 1
-                    text = filler_text(30, 1000 * round_ + c)
-                    prompt = chat.prompt_for(self.loaded.tokenizer, text)
-                    (r,), _ = run_all(engine, [(prompt, fixed(16))])
-                    chat.record_turn(text, prompt, list(r.output_ids), r.text)
+                    r = chat_turn(engine, chat, filler_text(30, 1000 * round_ + c), 16)
                     per_turn.setdefault(turn, []).append(r.metrics.ttft * 1e3)
             # the baseline: one chat alone, its next turn right after its previous one (warm)
-            chat = chats[0]
-            text = filler_text(30, 99_999)
-            prompt = chat.prompt_for(self.loaded.tokenizer, text)
-            (r,), _ = run_all(engine, [(prompt, fixed(16))])
-            single.append(r.metrics.ttft * 1e3)
+            single.append(chat_turn(engine, chats[0], filler_text(30, 99_999), 16).metrics.ttft * 1e3)
         for turn, values in per_turn.items():
             self.results.add("switch", "chats=4", "ttft", values, "ms", turn=turn)
         self.results.add("switch", "chats=1-warm", "ttft", single, "ms")
