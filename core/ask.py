@@ -9,6 +9,7 @@ from llmchat.core.engine import LLMEngine
 from llmchat.core.events import Finished, TextDelta
 from llmchat.core.loader import load_model
 from llmchat.core.metrics import RequestMetrics
+from llmchat.core.prompt import prompt_ids_for
 from llmchat.core.sampling import SamplingParams
 
 
@@ -49,7 +50,7 @@ def ask_stream(
 ) -> AskStream:
     """Load the model and set up one request on an engine sized for it; iterate the result for the reply."""
     loaded = load_model(model, device=device or "cpu", progress=progress)
-    prompt_ids = loaded.tokenizer.encode_chat(chat_messages(question, system))
+    prompt_ids = prompt_ids_for(loaded.tokenizer, chat_messages(question, system))
     element_size = loaded.model.embed_tokens.weight.element_size()
     num_tokens = min(len(prompt_ids) + params.max_tokens, loaded.config.max_position_embeddings) + 16
     kv_bytes = loaded.config.kv_bytes_per_token(element_size) * num_tokens  # one request: no more KV than it can use

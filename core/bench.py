@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmchat.core.chat import Chat
+from llmchat.core.conversation import Conversation
+from llmchat.core.prompt import prompt_ids_for
 from llmchat.core.config import EngineConfig
 from llmchat.core.dense import generate_dense
 from llmchat.core.engine import LLMEngine
@@ -81,7 +82,7 @@ def filler_text(num_tokens: int, salt: int) -> str:
 
 def prompt_of_length(loaded: LoadedModel, num_tokens: int, salt: int) -> list[int]:
     """A chat prompt trimmed to exactly num_tokens ids (unique per salt, so nothing is reused by accident)."""
-    ids = loaded.tokenizer.encode_chat([{"role": "user", "content": filler_text(num_tokens, salt)}])
+    ids = prompt_ids_for(loaded.tokenizer, [{"role": "user", "content": filler_text(num_tokens, salt)}])
     return ids[:num_tokens]
 
 
@@ -100,11 +101,14 @@ def fixed(num_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True)
 
 
-def chat_turn(engine: LLMEngine, chat: Chat, text: str, num_tokens: int) -> Finished:
+def chat_turn(engine: LLMEngine, chat: Conversation, text: str, num_tokens: int) -> Finished:
     """One turn of a chat: its prompt extends the chat's ids, and the chat keeps what the model said."""
-    prompt = chat.prompt_for(engine.tokenizer, text)
+    user, reply = chat.start_turn(text)
+    prompt = prompt_ids_for(engine.tokenizer, chat.template_messages(), chat.token_ids)
     (result,), _ = run_all(engine, [(prompt, fixed(num_tokens))])
-    chat.record_turn(text, prompt, list(result.output_ids), result.text)
+    chat.begin_reply(user, reply, prompt)
+    chat.extend_reply(reply, list(result.output_ids))
+    chat.finish_reply(reply, result.text, "done", result.reason.value)
     return result
 
 
@@ -164,7 +168,7 @@ class Bench:
         for variant, caching in (("cache-on", True), ("cache-off", False)):
             per_turn: list[list[float]] = [[] for _ in range(s.chat_turns)]
             for _ in range(s.repeats):
-                engine, chat, salt = self.engine(enable_prefix_caching=caching), Chat.new(), self.next_salt()
+                engine, chat, salt = self.engine(enable_prefix_caching=caching), Conversation(0), self.next_salt()
                 for turn in range(s.chat_turns):
                     r = chat_turn(engine, chat, filler_text(s.chat_message_tokens, salt * 100 + turn),
                                   s.chat_reply_tokens)
@@ -198,7 +202,7 @@ class Bench:
             engine = self.engine()
             chats = []
             for _c in range(4):  # build the histories
-                chat = Chat.new()
+                chat = Conversation(0)
                 chat_turn(engine, chat, filler_text(s.switch_history_tokens, self.next_salt()), 16)
                 chats.append(chat)
             turn = 0

@@ -89,13 +89,15 @@ class BlockManager:
         self.update_block_hashes(seq)
         return self._cached_chain(seq.token_ids, seq.block_hashes, (seq.num_tokens - 1) // self.block_size)
 
-    def resident_blocks(self, token_ids: Seq[int]) -> list[int]:
-        """Block ids holding the KV of token_ids' longest cached prefix of full blocks (for the UI's breakdown)."""
-        hashes: list[bytes] = []
-        bs = self.block_size
-        for i in range(len(token_ids) // bs):
-            hashes.append(hash_block(hashes[-1] if hashes else None, token_ids[i * bs : (i + 1) * bs], self.fingerprint))
-        return self._cached_chain(token_ids, hashes, len(hashes))
+    def resident_chain(self, hashes: Seq[bytes]) -> list[int]:
+        """Block ids still holding the leading blocks of a hash chain (for the UI's per-chat breakdown)."""
+        hits: list[int] = []
+        for i, h in enumerate(hashes):
+            block_id = self.hash_to_block.get(h)
+            if block_id is None or self.blocks[block_id].parent_hash != (hashes[i - 1] if i else None):
+                break
+            hits.append(block_id)
+        return hits
 
     def _cached_chain(self, token_ids: Seq[int], hashes: list[bytes], max_blocks: int) -> list[int]:
         bs = self.block_size

@@ -4,11 +4,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from llmchat.core.block_manager import BlockManager
 from llmchat.core.config import EngineConfig
-from llmchat.core.events import EngineEvent, Finished, TextDelta
+from llmchat.core.events import EngineEvent, Finished, Started, TextDelta
 from llmchat.core.kv_cache import PagedKVCache, default_kv_cache_bytes
 from llmchat.core.loader import LoadedModel
 from llmchat.core.metrics import EngineStats, LiveRequest, RequestMetrics, StatsWindow, StepStats, now
@@ -58,10 +60,15 @@ class LLMEngine:
         self._seqs: dict[int, Sequence] = {}
         self._streams: dict[int, _Stream] = {}
         self._pending: list[EngineEvent] = []
+        self._tags: dict[int, Hashable] = {}  # request id -> the conversation it answers (if the client said)
+        self._chains: OrderedDict[Hashable, list[bytes]] = OrderedDict()  # tag -> block hashes of its last request
+
+    MAX_REMEMBERED_CHAINS = 256
 
     # -- requests ---------------------------------------------------------------------------
-    def add_request(self, prompt_ids: list[int], params: SamplingParams) -> int:
-        """Queue a request; a refused one (empty, too long) gets its Finished(ERROR) event at the next step."""
+    def add_request(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None) -> int:
+        """Queue a request; a refused one (empty, too long) gets its Finished(ERROR) event at the next step.
+        `tag` names the conversation it answers, for residency()."""
         request_id = next(self._ids)
         seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=params.make_generator())
         error = self._refusal(seq)
@@ -70,6 +77,8 @@ class LLMEngine:
             self._pending.append(self._finished(seq, error))
             return request_id
         self._seqs[request_id] = seq
+        if tag is not None:
+            self._tags[request_id] = tag
         self._streams[request_id] = _Stream(IncrementalDetokenizer(self.tokenizer), StopStringMatcher(params.stop))
         self.scheduler.add(seq)
         return request_id
@@ -101,6 +110,11 @@ class LLMEngine:
         for request_id in list(self._seqs):
             self.abort(request_id, FinishReason.ERROR, error)
 
+    def recover(self, error: str) -> None:
+        """After a step raised: forget its half-done bookkeeping and fail every request in flight."""
+        self.scheduler.lookups.clear()
+        self.fail_all(error)
+
     @property
     def has_work(self) -> bool:
         return bool(self._pending) or self.scheduler.has_work
@@ -120,6 +134,8 @@ class LLMEngine:
         for seq in batch.seqs:
             if seq.timings.scheduled is None:
                 seq.timings.scheduled = start
+                events.append(Started(seq.request_id, tuple(seq.token_ids[: seq.num_prompt_tokens]),
+                                      max(seq.num_cached_tokens, 0)))
         tokens = self.runner.run(batch)
         self.scheduler.postprocess(batch)
         end = now()
@@ -150,6 +166,12 @@ class LLMEngine:
         """The last text delta (held-back text, if any) and the Finished event."""
         stream = self._streams.pop(seq.request_id)
         self._seqs.pop(seq.request_id, None)
+        tag = self._tags.pop(seq.request_id, None)
+        if tag is not None:
+            self._chains[tag] = list(seq.block_hashes)
+            self._chains.move_to_end(tag)
+            while len(self._chains) > self.MAX_REMEMBERED_CHAINS:
+                self._chains.popitem(last=False)
         events: list[EngineEvent] = []
         if not stream.stop.stopped:
             tail, stopped = stream.stop.feed(stream.detok.flush())
@@ -204,7 +226,12 @@ class LLMEngine:
             seq.num_preemptions,
         )
 
-    def blocks_of(self, request_id: int) -> list[int]:
-        """The block table of a running request (for the UI's per-chat KV breakdown)."""
-        seq = self._seqs.get(request_id)
-        return list(seq.block_table) if seq else []
+    def residency(self) -> dict[Hashable, tuple[int, ...]]:
+        """Per tag: the blocks still holding its last request's cached prefix, plus the block table of its
+        request in flight. From the hash chains the engine kept; nothing is re-hashed."""
+        blocks = {tag: set(self.block_manager.resident_chain(chain)) for tag, chain in self._chains.items()}
+        for request_id, tag in self._tags.items():
+            seq = self._seqs.get(request_id)
+            if seq is not None:
+                blocks.setdefault(tag, set()).update(seq.block_table)
+        return {tag: tuple(sorted(ids)) for tag, ids in blocks.items() if ids}

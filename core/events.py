@@ -1,4 +1,4 @@
-"""What the engine tells its clients: text deltas, then one finish event per request.
+"""What the engine tells its clients: started, text deltas, then exactly one finish event per request.
 
 This is the protocol the UI depends on (not the engine's internals); a remote backend can speak it too.
 """
@@ -8,6 +8,15 @@ from dataclasses import dataclass
 
 from llmchat.core.metrics import RequestMetrics
 from llmchat.core.sequence import FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The request's prompt was looked up in the prefix cache and its prefill began."""
+
+    request_id: int
+    prompt_ids: tuple[int, ...]  # exactly what the model is fed (the conversation keeps these ids)
+    num_cached_tokens: int  # of them, how many came from the prefix cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,4 +36,4 @@ class Finished:
     error: str | None = None  # why a request was refused (reason ERROR) or cut short
 
 
-EngineEvent = TextDelta | Finished
+EngineEvent = Started | TextDelta | Finished

@@ -1,8 +1,9 @@
-"""EngineService: the engine's step loop on one daemon thread; submit / cancel / stats / shutdown from any thread.
+"""EngineService: the engine's step loop on one daemon thread; the in-process Backend (core/protocol.py).
 
-Requests and cancels go through an inbox queue; the loop owns the engine. Each request's events go to
-its RequestHandle (iterable, blocking) and, if given, to a sink callback (the UI's bridge), called on
-the engine thread: a sink must only hand the event over, never touch widgets.
+Submits, cancels and calls go through an inbox queue; the loop owns the engine and the tokenizer
+(chat templates are rendered and tokenized here, on the engine thread). Each request's events go
+through one path: the sink callback, called on the engine thread (a sink must only hand the event
+over, never touch widgets); a handle also remembers its Finished for wait().
 """
 from __future__ import annotations
 
@@ -10,34 +11,36 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
+from llmchat.core.conversation import Conversation
 from llmchat.core.engine import LLMEngine
 from llmchat.core.events import EngineEvent, Finished
-from llmchat.core.metrics import EngineStats
+from llmchat.core.metrics import EngineStats, RequestMetrics
+from llmchat.core.prompt import prompt_ids_for
+from llmchat.core.protocol import BackendInfo
 from llmchat.core.sampling import SamplingParams
+from llmchat.core.sequence import FinishReason
 
 Sink = Callable[["RequestHandle", EngineEvent], None]
 log = logging.getLogger(__name__)
 
 
 class RequestHandle:
-    """One submitted request. Iterate it for its events (ends after Finished), or wait() for the result."""
+    """One submitted request; wait() for its Finished event."""
 
-    def __init__(self, handle_id: int, owner: object = None) -> None:
+    def __init__(self, handle_id: int, owner: object = None, tag: Hashable | None = None) -> None:
         self.handle_id = handle_id
         self.owner = owner  # the service that issued it
+        self.tag = tag  # the conversation it answers
         self.request_id: int | None = None  # the engine's id, set once the engine took it (see EngineStats.requests)
-        self.events: queue.Queue[EngineEvent] = queue.Queue()
         self.result: Finished | None = None
         self._done = threading.Event()
 
     def _deliver(self, event: EngineEvent) -> None:
         if isinstance(event, Finished):
             self.result = event
-        self.events.put(event)
-        if isinstance(event, Finished):
             self._done.set()
 
     @property
@@ -48,18 +51,15 @@ class RequestHandle:
         self._done.wait(timeout)
         return self.result
 
-    def __iter__(self) -> Iterator[EngineEvent]:
-        while True:
-            event = self.events.get()
-            yield event
-            if isinstance(event, Finished):
-                return
-
 
 class EngineService:
-    def __init__(self, engine: LLMEngine, sink: Sink | None = None) -> None:
+    def __init__(self, engine: LLMEngine, sink: Sink | None = None, model_name: str | None = None) -> None:
         self.engine = engine
         self.sink = sink
+        loaded, config = engine.loaded, engine.config
+        self._info = BackendInfo(model_name or loaded.folder.name, engine.max_context, config.device,
+                                 str(loaded.model.embed_tokens.weight.dtype).removeprefix("torch."), engine.kv_cache.bytes_per_token,
+                                 loaded.load_seconds)
         self._inbox: queue.Queue[tuple] = queue.Queue()
         self._ids = itertools.count(1)
         self._by_request: dict[int, RequestHandle] = {}  # engine request id -> handle (engine thread only)
@@ -71,11 +71,20 @@ class EngineService:
         self._thread.start()
 
     # -- any thread -------------------------------------------------------------------------
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> RequestHandle:
+    def submit(self, conversation_id: int, conversation: Conversation, params: SamplingParams) -> RequestHandle:
+        """Answer the conversation's last user message; its template is rendered on the engine thread."""
+        snapshot = (conversation.template_messages(), list(conversation.token_ids))  # read now, on this thread
+        return self._put("submit", snapshot, params, conversation_id)
+
+    def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None) -> RequestHandle:
+        """A request whose prompt is already tokenized (benchmarks, completions)."""
+        return self._put("submit_ids", list(prompt_ids), params, tag)
+
+    def _put(self, kind: str, prompt: object, params: SamplingParams, tag: Hashable | None) -> RequestHandle:
         if self._stopped.is_set():
             raise RuntimeError("the engine is shut down")
-        handle = RequestHandle(next(self._ids), owner=self)
-        self._inbox.put(("submit", handle, list(prompt_ids), params))
+        handle = RequestHandle(next(self._ids), owner=self, tag=tag)
+        self._inbox.put((kind, handle, prompt, params))
         return handle
 
     def cancel(self, handle: RequestHandle) -> bool:
@@ -89,20 +98,13 @@ class EngineService:
         with self._stats_lock:
             return self._stats
 
-    def resident_blocks(self, token_ids_by_key: dict, in_flight: dict | None = None) -> Future:
-        """For each key (a chat, say), the KV blocks that hold its token ids' cached prefix, plus the block
-        table of its request in flight (in_flight: key -> RequestHandle), read on the engine thread.
-        The future's result: {key: tuple of block ids}; keys sharing ids share those blocks."""
-        in_flight = in_flight or {}
+    def info(self) -> BackendInfo:
+        return self._info
 
-        def read(engine: LLMEngine) -> dict:
-            blocks = {key: set(engine.block_manager.resident_blocks(ids)) for key, ids in token_ids_by_key.items()}
-            for key, handle in in_flight.items():
-                if handle.request_id is not None:
-                    blocks.setdefault(key, set()).update(engine.blocks_of(handle.request_id))
-            return {key: tuple(sorted(ids)) for key, ids in blocks.items() if ids}
-
-        return self._call(read)
+    def residency(self) -> Future:
+        """{conversation id: KV block ids holding its cached prefix and its reply in flight}, read on the
+        engine thread from the hash chains it kept (nothing is shipped or re-hashed)."""
+        return self._call(lambda engine: engine.residency())
 
     def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
         future: Future = Future()
@@ -148,14 +150,20 @@ class EngineService:
             return self.engine.step()
         except Exception as e:  # noqa: BLE001 - reported to every waiting client, then the loop goes on
             log.exception("engine step failed")
-            self.engine.scheduler.lookups.clear()
-            self.engine.fail_all(f"internal engine error: {type(e).__name__}: {e}")
+            self.engine.recover(f"internal engine error: {type(e).__name__}: {e}")
             return self.engine.step()
 
     def _handle(self, msg: tuple) -> None:
-        if msg[0] == "submit":
-            _, handle, prompt_ids, params = msg
-            request_id = self.engine.add_request(prompt_ids, params)
+        if msg[0] in ("submit", "submit_ids"):
+            kind, handle, prompt, params = msg
+            if kind == "submit":
+                try:
+                    messages, token_ids = prompt
+                    prompt = prompt_ids_for(self.engine.tokenizer, messages, token_ids)
+                except Exception as e:  # noqa: BLE001 - a template that rejects the messages: this request only
+                    self._refuse(handle, f"the chat template failed: {type(e).__name__}: {e}")
+                    return
+            request_id = self.engine.add_request(prompt, params, handle.tag)
             handle.request_id = request_id
             self._by_request[request_id] = handle
             self._request_of[handle.handle_id] = request_id
@@ -169,6 +177,13 @@ class EngineService:
             request_id = self._request_of.get(msg[1].handle_id)
             if request_id is not None:
                 self.engine.abort(request_id)
+
+    def _refuse(self, handle: RequestHandle, error: str) -> None:
+        metrics = RequestMetrics(0, 0, 0, float("nan"), float("nan"), float("nan"))
+        event = Finished(-handle.handle_id, FinishReason.ERROR, metrics, (), "", error)
+        handle._deliver(event)
+        if self.sink is not None:
+            self.sink(handle, event)
 
     def _dispatch(self, events: list[EngineEvent]) -> None:
         for event in events:

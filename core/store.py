@@ -2,7 +2,9 @@
 
 One file, `chats.sqlite3`, holds every chat: its settings, its messages with per-turn metrics, and the
 exact token ids the model saw and produced (so a restarted app continues with the same ids and the
-prefix cache reuses them). Every change is one transaction. One app owns a data dir at a time: a
+prefix cache reuses them), and each message the span of those ids it contributed. The rules (titles,
+turn state) live in core/conversation.py; this file only maps rows to those records and back. Every
+change is one transaction. One app owns a data dir at a time: a
 second one gets DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock).
 """
 from __future__ import annotations
@@ -17,20 +19,15 @@ import time
 from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
+from llmchat.core.conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
 from llmchat.core.metrics import RequestMetrics
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: messages.token_start/token_end (the span of the chat's ids a message added)
 DB_NAME = "chats.sqlite3"
 LOCK_NAME = "llmchat.lock"
-DEFAULT_TITLE = "New chat"
-TITLE_MAX_CHARS = 48
-
-# Message status: done (finished normally), streaming (being written; becomes interrupted at the next
-# open if the app died), stopped (the user pressed Esc or closed the app), error (cut short by the engine).
-STATUSES = ("done", "streaming", "stopped", "interrupted", "error")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,10 +52,15 @@ CREATE TABLE IF NOT EXISTS messages (
     created_at REAL NOT NULL,
     finish_reason TEXT,
     error TEXT,
-    metrics TEXT                         -- JSON of RequestMetrics (NaN as null), assistant turns only
+    metrics TEXT,                        -- JSON of RequestMetrics (NaN as null), assistant turns only
+    token_start INTEGER,                 -- [token_start, token_end) of chats.token_ids, NULL if not known
+    token_end INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_by_chat ON messages (chat_id, message_id);
 """
+_MIGRATIONS = {  # from version N to N + 1
+    1: ["ALTER TABLE messages ADD COLUMN token_start INTEGER", "ALTER TABLE messages ADD COLUMN token_end INTEGER"],
+}
 
 
 def default_data_dir() -> Path:
@@ -70,38 +72,6 @@ def default_data_dir() -> Path:
 
 class DataDirInUse(RuntimeError):
     """Another llmchat has this data dir open."""
-
-
-@dataclass(slots=True)
-class ChatSettings:
-    system_prompt: str | None = None  # None: the model's default system prompt
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = 512
-
-
-@dataclass(slots=True)
-class StoredMessage:
-    role: str  # "user" | "assistant"
-    content: str
-    status: str = "done"
-    finish_reason: str | None = None
-    error: str | None = None
-    metrics: RequestMetrics | None = None
-    created_at: float = field(default_factory=time.time)
-    message_id: int | None = None
-
-
-@dataclass(slots=True)
-class ChatRecord:
-    chat_id: int
-    title: str
-    title_auto: bool
-    created_at: float
-    updated_at: float
-    settings: ChatSettings
-    token_ids: list[int]
-    messages: list[StoredMessage] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -148,28 +118,24 @@ def metrics_from_json(text: str | None) -> RequestMetrics | None:
     return RequestMetrics(**kwargs)
 
 
-def title_from(text: str) -> str:
-    """A chat title from its first message: the first non-empty line, whitespace collapsed, shortened."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = " ".join(line.split())
-    if not line:
-        return DEFAULT_TITLE
-    return line if len(line) <= TITLE_MAX_CHARS else line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
-
-
-def _message(row: sqlite3.Row) -> StoredMessage:
-    return StoredMessage(
+def _message(row: sqlite3.Row) -> Message:
+    span = (row["token_start"], row["token_end"]) if row["token_start"] is not None else None
+    return Message(
         row["role"], row["content"], row["status"], row["finish_reason"], row["error"],
-        metrics_from_json(row["metrics"]), row["created_at"], row["message_id"],
+        metrics_from_json(row["metrics"]), row["created_at"], row["message_id"], span,
     )
 
 
-def _record(row: sqlite3.Row, messages: list[StoredMessage]) -> ChatRecord:
+def _conversation(row: sqlite3.Row, messages: list[Message]) -> Conversation:
     settings = ChatSettings(row["system_prompt"], row["temperature"], row["top_p"], row["max_tokens"])
-    return ChatRecord(
+    return Conversation(
         row["chat_id"], row["title"], bool(row["title_auto"]), row["created_at"], row["updated_at"],
         settings, blob_to_ids(row["token_ids"]), messages,
     )
+
+
+def _span(m: Message) -> tuple[int | None, int | None]:
+    return m.token_span if m.token_span is not None else (None, None)
 
 
 class ChatStore:
@@ -271,12 +237,19 @@ class ChatStore:
         return self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
 
     def _migrate(self) -> None:
-        if self._check_version() == SCHEMA_VERSION:
+        """A new file gets the schema; an older one is brought up to date in place, in one transaction."""
+        version = self._check_version()
+        if version == SCHEMA_VERSION:
             return
         with self._tx() as db:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
+            if version == 0 or not self._has_table("chats"):
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            else:
+                for v in range(version, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[v]:
+                        db.execute(statement)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def _recover_interrupted(self) -> None:
@@ -295,7 +268,7 @@ class ChatStore:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"app.{key}", value))
 
     # -- chats ------------------------------------------------------------------------------
-    def create_chat(self, settings: ChatSettings | None = None, title: str | None = None) -> ChatRecord:
+    def create_chat(self, settings: ChatSettings | None = None, title: str | None = None) -> Conversation:
         s = settings or ChatSettings()
         t = time.time()
         with self._tx() as db:
@@ -318,7 +291,7 @@ class ChatStore:
             ).fetchall()
         return [ChatSummary(r["chat_id"], r["title"], r["updated_at"], r["n"]) for r in rows]
 
-    def load_chat(self, chat_id: int) -> ChatRecord:
+    def load_chat(self, chat_id: int) -> Conversation:
         with self._lock:
             row = self._db.execute("SELECT * FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
             if row is None:
@@ -326,14 +299,14 @@ class ChatStore:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE chat_id = ? ORDER BY message_id", (chat_id,)
             ).fetchall()
-        return _record(row, [_message(r) for r in rows])
+        return _conversation(row, [_message(r) for r in rows])
 
-    def rename_chat(self, chat_id: int, title: str) -> None:
-        title = " ".join(title.split())
-        if not title:
-            raise ValueError("a chat title cannot be empty")
+    def save_title(self, conversation: Conversation) -> None:
+        """The chat's title as its record has it (Conversation.rename / retitle set it)."""
         with self._tx() as db:
-            self._require(db.execute("UPDATE chats SET title = ?, title_auto = 0 WHERE chat_id = ?", (title, chat_id)), chat_id)
+            self._require(db.execute("UPDATE chats SET title = ?, title_auto = ? WHERE chat_id = ?",
+                                     (conversation.title, int(conversation.title_auto),
+                                      conversation.chat_id)), conversation.chat_id)
 
     def delete_chat(self, chat_id: int) -> None:
         with self._tx() as db:
@@ -353,59 +326,53 @@ class ChatStore:
             raise LookupError(f"no chat with id {chat_id}")
 
     # -- messages and turns -----------------------------------------------------------------
-    def add_message(self, chat_id: int, message: StoredMessage) -> int:
-        """Append a message; the first user message titles an untitled chat. Returns its id."""
-        assert message.role in ("user", "assistant") and message.status in STATUSES
+    def add_messages(self, conversation: Conversation, *messages: Message) -> None:
+        """Append messages (their ids are set) and the chat's title and activity time, in one transaction."""
         with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO messages (chat_id, role, content, status, created_at, finish_reason, error, metrics)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (chat_id, message.role, message.content, message.status, message.created_at, message.finish_reason,
-                 message.error, metrics_to_json(message.metrics)),
-            )
-            message.message_id = cur.lastrowid
-            db.execute("UPDATE chats SET updated_at = ? WHERE chat_id = ?", (time.time(), chat_id))
-            if message.role == "user":
-                first = db.execute(
-                    "SELECT COUNT(*) FROM messages WHERE chat_id = ? AND role = 'user'", (chat_id,)
-                ).fetchone()[0] == 1
-                if first:
-                    db.execute(
-                        "UPDATE chats SET title = ? WHERE chat_id = ? AND title_auto = 1",
-                        (title_from(message.content), chat_id),
-                    )
-        return message.message_id
+            for m in messages:
+                assert m.role in ("user", "assistant") and m.status in STATUSES
+                cur = db.execute(
+                    "INSERT INTO messages (chat_id, role, content, status, created_at, finish_reason, error, metrics,"
+                    " token_start, token_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (conversation.chat_id, m.role, m.content, m.status, m.created_at, m.finish_reason,
+                     m.error, metrics_to_json(m.metrics), *_span(m)),
+                )
+                m.message_id = cur.lastrowid
+            self._save_header(db, conversation)
 
-    def delete_message(self, message_id: int) -> None:
-        """Remove a message (a turn the engine refused); an untitled chat is re-titled from what remains."""
+    def delete_messages(self, conversation: Conversation, *messages: Message) -> None:
+        """Remove messages (a turn the engine refused) and save the chat's title as it is now."""
         with self._tx() as db:
-            row = db.execute("SELECT chat_id FROM messages WHERE message_id = ?", (message_id,)).fetchone()
-            if row is None:
-                return
-            db.execute("DELETE FROM messages WHERE message_id = ?", (message_id,))
-            first = db.execute(
-                "SELECT content FROM messages WHERE chat_id = ? AND role = 'user' ORDER BY message_id LIMIT 1",
-                (row[0],),
-            ).fetchone()
-            db.execute(
-                "UPDATE chats SET title = ? WHERE chat_id = ? AND title_auto = 1",
-                (title_from(first[0]) if first else DEFAULT_TITLE, row[0]),
-            )
+            for m in messages:
+                if m.message_id is not None:
+                    db.execute("DELETE FROM messages WHERE message_id = ?", (m.message_id,))
+            self._save_header(db, conversation)
 
-    def save_progress(self, chat_id: int, message_id: int, content: str, token_ids: list[int]) -> None:
+    def save_progress(self, conversation: Conversation, reply: Message) -> None:
         """A reply so far and the chat's ids so far (prompt + output), together: a crash keeps both."""
         with self._tx() as db:
-            db.execute("UPDATE messages SET content = ? WHERE message_id = ?", (content, message_id))
-            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?", (ids_to_blob(token_ids), chat_id))
+            db.execute("UPDATE messages SET content = ?, token_start = ?, token_end = ? WHERE message_id = ?",
+                       (reply.content, *_span(reply), reply.message_id))
+            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
+                       (ids_to_blob(conversation.token_ids), conversation.chat_id))
 
-    def finish_turn(self, chat_id: int, message: StoredMessage, token_ids: list[int]) -> None:
-        """The final state of a reply (content, status, metrics) and the chat's ids, in one transaction."""
-        assert message.message_id is not None and message.status in STATUSES
+    def finish_turn(self, conversation: Conversation, user: Message, reply: Message) -> None:
+        """The final state of a turn (the reply's content, status, metrics; both spans) and the chat's ids."""
+        assert reply.message_id is not None and reply.status in STATUSES
         with self._tx() as db:
+            db.execute("UPDATE messages SET token_start = ?, token_end = ? WHERE message_id = ?",
+                       (*_span(user), user.message_id))
             db.execute(
-                "UPDATE messages SET content = ?, status = ?, finish_reason = ?, error = ?, metrics = ?"
-                " WHERE message_id = ?",
-                (message.content, message.status, message.finish_reason, message.error,
-                 metrics_to_json(message.metrics), message.message_id),
+                "UPDATE messages SET content = ?, status = ?, finish_reason = ?, error = ?, metrics = ?,"
+                " token_start = ?, token_end = ? WHERE message_id = ?",
+                (reply.content, reply.status, reply.finish_reason, reply.error, metrics_to_json(reply.metrics),
+                 *_span(reply), reply.message_id),
             )
-            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?", (ids_to_blob(token_ids), chat_id))
+            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
+                       (ids_to_blob(conversation.token_ids), conversation.chat_id))
+
+    @staticmethod
+    def _save_header(db: sqlite3.Connection, c: Conversation) -> None:
+        ChatStore._require(db.execute("UPDATE chats SET title = ?, title_auto = ?, updated_at = ? WHERE chat_id = ?",
+                                      (c.title, int(c.title_auto), c.updated_at, c.chat_id)),
+                           c.chat_id)

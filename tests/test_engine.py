@@ -6,12 +6,13 @@ import threading
 
 import pytest
 
-from llmchat.core.chat import Chat
 from llmchat.core.config import EngineConfig
+from llmchat.core.conversation import ChatSettings, Conversation
 from llmchat.core.dense import generate_dense
 from llmchat.core.engine import LLMEngine
-from llmchat.core.events import Finished, TextDelta
+from llmchat.core.events import Finished, Started, TextDelta
 from llmchat.core.loader import load_model
+from llmchat.core.prompt import prompt_ids_for
 from llmchat.core.sampling import SamplingParams
 from llmchat.core.sequence import FinishReason
 from llmchat.core.service import EngineService, RequestHandle
@@ -94,15 +95,43 @@ def test_batch_matches_dense_under_preemption(real_model, real_prompts, real_exp
     assert sum(r.metrics.num_preemptions for r in results) > 0, "a tiny KV budget forces preemption"
 
 
+def record_reply(chat: Conversation, user, reply, prompt: list[int], result: Finished) -> None:
+    chat.begin_reply(user, reply, prompt)
+    chat.extend_reply(reply, list(result.output_ids))
+    chat.finish_reply(reply, result.text, "done", result.reason.value)
+
+
+class EventLog:
+    """A service sink that keeps every event, and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self._cond = threading.Condition()
+
+    def __call__(self, handle, event) -> None:
+        with self._cond:
+            self.events.append((handle, event))
+            self._cond.notify_all()
+
+    def wait_for(self, handle, kind, timeout: float = 30.0):
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.of(handle, kind), timeout), f"no {kind.__name__} for {handle}"
+            return self.of(handle, kind)[0]
+
+    def of(self, handle, kind) -> list:
+        return [e for h, e in self.events if h is handle and isinstance(e, kind)]
+
+
 def chat_turns(loaded, config: EngineConfig, turns: list[str]) -> list[Finished]:
     engine = LLMEngine(loaded, config)
-    chat = Chat.new()
+    chat = Conversation(1)
     out = []
     for text in turns:
-        prompt = chat.prompt_for(loaded.tokenizer, text)
+        user, reply = chat.start_turn(text)
+        prompt = prompt_ids_for(loaded.tokenizer, chat.template_messages(), chat.token_ids)
         assert prompt[: len(chat.token_ids)] == chat.token_ids, "the next prompt extends the chat's exact ids"
         (result,) = run_to_end(engine, [(prompt, SamplingParams(temperature=0, max_tokens=12))])
-        chat.record_turn(text, prompt, list(result.output_ids), result.text)
+        record_reply(chat, user, reply, prompt, result)
         out.append((len(prompt), result))
     return out
 
@@ -124,14 +153,16 @@ def test_chat_turns_reuse_the_past_and_match_cache_off(real_model):
 def test_chats_sharing_a_system_prompt_share_blocks(tiny_model):
     engine = LLMEngine(tiny_model, EngineConfig())
     system = "You are a careful assistant. " * 8  # several full blocks
-    prompts = [Chat.new(system).prompt_for(tiny_model.tokenizer, q) for q in ("one?", "two?")]
+    prompts = [prompt_ids_for(tiny_model.tokenizer, [{"role": "system", "content": system},
+                                                     {"role": "user", "content": q}]) for q in ("one?", "two?")]
     long_params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
-    first = engine.add_request(prompts[0], long_params)
+    engine.add_request(prompts[0], long_params, tag="first")
     for _ in range(3):
         engine.step()
-    second = engine.add_request(prompts[1], long_params)
+    engine.add_request(prompts[1], long_params, tag="second")
     engine.step()
-    shared = set(engine.blocks_of(first)) & set(engine.blocks_of(second))
+    blocks = engine.residency()
+    shared = set(blocks["first"]) & set(blocks["second"])
     common = next(i for i, (a, b) in enumerate(zip(*prompts)) if a != b)
     assert len(shared) == common // 16
     assert all(engine.block_manager.blocks[b].ref_count == 2 for b in shared)
@@ -161,30 +192,32 @@ def test_kv_budget_smaller_than_one_sequence(tiny_model):
 
 
 def test_service_cancel_shutdown_and_threads(tiny_model):
-    service = EngineService(LLMEngine(tiny_model, EngineConfig()))
+    log = EventLog()
+    service = EngineService(LLMEngine(tiny_model, EngineConfig()), log)
     prompt = tiny_model.tokenizer.encode("count with me")
     endless = SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True)
     handles = []
-    threads = [threading.Thread(target=lambda: handles.append(service.submit(prompt, endless))) for _ in range(3)]
+    threads = [threading.Thread(target=lambda: handles.append(service.submit_ids(prompt, endless))) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    events = iter(handles[0])
-    assert isinstance(next(events), TextDelta)  # it streams
+    started = log.wait_for(handles[0], Started)
+    assert list(started.prompt_ids) == prompt
+    log.wait_for(handles[0], TextDelta)  # it streams
     assert service.cancel(handles[0]) is True
     result = handles[0].wait(30)
     assert result.reason is FinishReason.ABORT and result.metrics.num_output_tokens >= 1
     assert service.cancel(handles[0]) is False, "cancelling a finished request does nothing"
     assert service.cancel(RequestHandle(12345)) is False, "nor does cancelling a handle this service never issued"
-    short = service.submit(prompt, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    short = service.submit_ids(prompt, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
     assert short.wait(30).reason is FinishReason.LENGTH
     stats = service.stats()
     assert stats.num_running + stats.num_waiting >= 2 and stats.num_blocks_used > 0
     service.shutdown()
     assert all(h.wait(30).reason is FinishReason.ABORT for h in handles[1:])
     with pytest.raises(RuntimeError, match="shut down"):
-        service.submit(prompt, endless)
+        service.submit_ids(prompt, endless)
 
 
 def test_seeded_sampling_is_reproducible(tiny_model):
@@ -199,41 +232,65 @@ def test_an_engine_error_fails_requests_instead_of_hanging(tiny_model, monkeypat
     engine = LLMEngine(tiny_model, EngineConfig())
     service = EngineService(engine)
     prompt = tiny_model.tokenizer.encode("hello")
-    first = service.submit(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    first = service.submit_ids(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
     assert first.wait(30).reason is FinishReason.LENGTH
 
     def broken(batch):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(engine.runner, "run", broken)
-    failed = service.submit(prompt, GREEDY)
+    failed = service.submit_ids(prompt, GREEDY)
     result = failed.wait(30)
     assert result.reason is FinishReason.ERROR and "boom" in result.error
     monkeypatch.undo()
-    again = service.submit(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    again = service.submit_ids(prompt, SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
     assert again.wait(30).reason is FinishReason.LENGTH, "the engine thread survives and serves the next request"
     assert engine.block_manager.num_used_blocks == 0
     service.shutdown()
 
 
-def test_resident_blocks_show_what_chats_share(tiny_model):
-    service = EngineService(LLMEngine(tiny_model, EngineConfig()))
-    system = "You are a careful assistant. " * 8
-    chats = {name: Chat.new(system) for name in ("a", "b")}
-    for name, chat in chats.items():
-        prompt = chat.prompt_for(tiny_model.tokenizer, f"question {name}?")
-        result = service.submit(prompt, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)).wait(30)
-        chat.record_turn(f"question {name}?", prompt, list(result.output_ids), result.text)
-    blocks = service.resident_blocks({k: c.token_ids for k, c in chats.items()}).result(30)
-    common = next(i for i, (x, y) in enumerate(zip(chats["a"].token_ids, chats["b"].token_ids)) if x != y)
-    assert len(set(blocks["a"]) & set(blocks["b"])) == common // 16
-    assert len(blocks["a"]) == (len(chats["a"].token_ids) - 1) // 16  # every computed full block is resident
-    prompt = chats["b"].prompt_for(tiny_model.tokenizer, "and a long reply?")
-    running = service.submit(prompt, SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True))
-    next(iter(running))  # it is decoding
-    live = service.resident_blocks({"b": chats["b"].token_ids}, {"b": running}).result(30)
-    assert len(live["b"]) >= -(-len(prompt) // 16)  # its whole block table, the partial last block included
-    assert set(blocks["b"]) <= set(live["b"])  # the reply extends the chat's cached blocks
+def test_residency_shows_what_conversations_share(tiny_model):
+    log = EventLog()
+    service = EngineService(LLMEngine(tiny_model, EngineConfig()), log)
+    settings = ChatSettings(system_prompt="You are a careful assistant. " * 8)
+    chats = {cid: Conversation(cid, settings=settings) for cid in (1, 2)}
+    params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
+    for cid, chat in chats.items():
+        user, reply = chat.start_turn(f"question {cid}?")
+        handle = service.submit(cid, chat, params)
+        result = handle.wait(30)
+        record_reply(chat, user, reply, list(log.wait_for(handle, Started).prompt_ids), result)
+    blocks = service.residency().result(30)
+    common = next(i for i, (x, y) in enumerate(zip(chats[1].token_ids, chats[2].token_ids)) if x != y)
+    assert len(set(blocks[1]) & set(blocks[2])) == common // 16
+    assert len(blocks[1]) == (len(chats[1].token_ids) - 1) // 16  # every computed full block is resident
+    chats[2].start_turn("and a long reply?")
+    running = service.submit(2, chats[2], SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True))
+    prompt = log.wait_for(running, Started).prompt_ids
+    assert list(prompt[: len(chats[2].token_ids)]) == chats[2].token_ids  # the engine extended the chat's ids
+    log.wait_for(running, TextDelta)  # it is decoding
+    live = service.residency().result(30)
+    assert len(live[2]) >= -(-len(prompt) // 16)  # its whole block table, the partial last block included
+    assert set(blocks[2]) <= set(live[2])  # the reply extends the chat's cached blocks
+    service.shutdown()
+
+
+def test_a_template_that_fails_refuses_only_its_request(tiny_model, monkeypatch):
+    log = EventLog()
+    engine = LLMEngine(tiny_model, EngineConfig())
+    service = EngineService(engine, log)
+    chat = Conversation(1)
+    chat.start_turn("hello")
+
+    def broken(*args, **kwargs):
+        raise ValueError("no such role")
+
+    monkeypatch.setattr(engine.tokenizer, "apply_chat_template", broken)
+    result = service.submit(1, chat, GREEDY).wait(30)
+    assert result.reason is FinishReason.ERROR and "no such role" in result.error
+    assert not log.of(result, Started)
+    monkeypatch.undo()
+    assert service.submit(1, chat, SamplingParams(temperature=0, max_tokens=2)).wait(30).reason is not FinishReason.ERROR
     service.shutdown()
 
 

@@ -5,17 +5,19 @@ import math
 import random
 import sqlite3
 import subprocess
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from llmchat.core.conversation import DEFAULT_TITLE, TITLE_MAX_CHARS, ChatSettings, Message, title_from
 from llmchat.core.metrics import RequestMetrics
-from llmchat.core.store import (
-    DEFAULT_TITLE, TITLE_MAX_CHARS, ChatSettings, ChatStore, DataDirInUse, StoredMessage, blob_to_ids, ids_to_blob,
-    metrics_from_json, metrics_to_json, title_from,
-)
+from llmchat.core.store import ChatStore, DataDirInUse, blob_to_ids, ids_to_blob, metrics_from_json, metrics_to_json
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def metrics(rng: random.Random, tpot_nan: bool = False) -> RequestMetrics:
@@ -56,6 +58,12 @@ def test_title_from_first_line():
     assert title_from("   \n ") == DEFAULT_TITLE
 
 
+def turn(store: ChatStore, chat, text: str) -> tuple[Message, Message]:
+    user, reply = chat.start_turn(text)
+    store.add_messages(chat, user, reply)
+    return user, reply
+
+
 def test_chat_round_trip_after_reopen(tmp_path):
     rng = random.Random(7)
     token_ids = [rng.randrange(49152) for _ in range(rng.randrange(100, 2000))]
@@ -63,26 +71,26 @@ def test_chat_round_trip_after_reopen(tmp_path):
     with ChatStore(tmp_path) as store:
         chat = store.create_chat(ChatSettings("Be terse.", 0.2, 0.9, 64))
         assert chat.title == DEFAULT_TITLE and chat.title_auto and chat.token_ids == []
-        store.add_message(chat.chat_id, StoredMessage("user", "Hello [bold]there[/bold]\x1b[31m"))
-        reply = StoredMessage("assistant", "", status="streaming")
-        store.add_message(chat.chat_id, reply)
-        reply.content, reply.status, reply.finish_reason, reply.metrics = "Hi!", "done", "stop", m1
-        store.finish_turn(chat.chat_id, reply, token_ids[:50])
-        store.add_message(chat.chat_id, StoredMessage("user", "second"))
-        reply2 = StoredMessage("assistant", "", status="streaming")
-        store.add_message(chat.chat_id, reply2)
-        reply2.content, reply2.status, reply2.finish_reason, reply2.metrics = "cut", "stopped", "abort", m2
-        store.finish_turn(chat.chat_id, reply2, token_ids)
+        user, reply = turn(store, chat, "Hello [bold]there[/bold]\x1b[31m")
+        chat.begin_reply(user, reply, token_ids[:40])
+        chat.extend_reply(reply, token_ids[40:50])
+        chat.finish_reply(reply, "Hi!", "done", "stop", metrics=m1)
+        store.finish_turn(chat, user, reply)
+        user2, reply2 = turn(store, chat, "second")
+        chat.begin_reply(user2, reply2, token_ids[:60])
+        chat.extend_reply(reply2, token_ids[60:])
+        chat.finish_reply(reply2, "cut", "stopped", "abort", metrics=m2)
+        store.finish_turn(chat, user2, reply2)
     with ChatStore(tmp_path) as store:
         back = store.load_chat(chat.chat_id)
     assert back.title == "Hello [bold]there[/bold]\x1b[31m"  # raw text kept; display sanitises
     assert back.settings == ChatSettings("Be terse.", 0.2, 0.9, 64)
     assert back.token_ids == token_ids
-    assert [(m.role, m.content, m.status, m.finish_reason) for m in back.messages] == [
-        ("user", "Hello [bold]there[/bold]\x1b[31m", "done", None),
-        ("assistant", "Hi!", "done", "stop"),
-        ("user", "second", "done", None),
-        ("assistant", "cut", "stopped", "abort"),
+    assert [(m.role, m.content, m.status, m.finish_reason, m.token_span) for m in back.messages] == [
+        ("user", "Hello [bold]there[/bold]\x1b[31m", "done", None, (0, 40)),
+        ("assistant", "Hi!", "done", "stop", (40, 50)),
+        ("user", "second", "done", None, (50, 60)),
+        ("assistant", "cut", "stopped", "abort", (60, len(token_ids))),
     ]
     assert same_metrics(back.messages[1].metrics, m1) and same_metrics(back.messages[3].metrics, m2)
     assert back.messages[0].metrics is None
@@ -91,55 +99,86 @@ def test_chat_round_trip_after_reopen(tmp_path):
 def test_streaming_reply_survives_a_crash_as_interrupted(tmp_path):
     store = ChatStore(tmp_path)
     chat = store.create_chat()
-    store.add_message(chat.chat_id, StoredMessage("user", "tell me a story"))
-    reply = StoredMessage("assistant", "", status="streaming")
-    store.add_message(chat.chat_id, reply)
-    store.save_progress(chat.chat_id, reply.message_id, "Once upon", [5, 6, 7, 8])
+    user, reply = turn(store, chat, "tell me a story")
+    chat.begin_reply(user, reply, [5, 6])
+    chat.extend_reply(reply, [7, 8])
+    reply.content = "Once upon"
+    store.save_progress(chat, reply)
     store.close()  # no finish_turn: as if the process had died mid-reply
     with ChatStore(tmp_path) as store:
         back = store.load_chat(chat.chat_id)
     assert back.messages[-1].content == "Once upon" and back.messages[-1].status == "interrupted"
-    assert back.token_ids == [5, 6, 7, 8]
+    assert back.token_ids == [5, 6, 7, 8] and back.messages[-1].token_span == (2, 4)
 
 
 def test_titles_rename_list_order_and_delete(tmp_path):
     with ChatStore(tmp_path) as store:
         a = store.create_chat()
         b = store.create_chat()
-        store.add_message(a.chat_id, StoredMessage("user", "first question"))
-        store.add_message(a.chat_id, StoredMessage("user", "not the title"))
+        turn(store, a, "first question")
+        turn(store, a, "not the title")
         assert store.load_chat(a.chat_id).title == "first question"
         assert [c.chat_id for c in store.list_chats()] == [a.chat_id, b.chat_id]  # a was active last
-        store.rename_chat(b.chat_id, "  My   chat ")
-        store.add_message(b.chat_id, StoredMessage("user", "would have titled it"))
+        b.rename("  My   chat ")
+        store.save_title(b)
+        turn(store, b, "would have titled it")
         assert store.load_chat(b.chat_id).title == "My chat"
         assert [c.chat_id for c in store.list_chats()] == [b.chat_id, a.chat_id]
-        assert {c.chat_id: c.num_messages for c in store.list_chats()} == {a.chat_id: 2, b.chat_id: 1}
-        with pytest.raises(ValueError, match="empty"):
-            store.rename_chat(a.chat_id, "  ")
+        assert {c.chat_id: c.num_messages for c in store.list_chats()} == {a.chat_id: 4, b.chat_id: 2}
         store.delete_chat(a.chat_id)
         assert [c.chat_id for c in store.list_chats()] == [b.chat_id]
         with pytest.raises(LookupError, match=str(a.chat_id)):
             store.load_chat(a.chat_id)
         with pytest.raises(LookupError):
-            store.rename_chat(a.chat_id, "x")
+            store.save_title(a)
         remaining = store._db.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (a.chat_id,)).fetchone()[0]
         assert remaining == 0  # messages went with their chat
 
 
-def test_deleting_a_refused_first_message_gives_the_title_back(tmp_path):
+def test_deleting_a_refused_first_turn_gives_the_title_back(tmp_path):
     with ChatStore(tmp_path) as store:
         chat = store.create_chat()
-        first = StoredMessage("user", "way too long")
-        store.add_message(chat.chat_id, first)
+        user, reply = turn(store, chat, "way too long")
         assert store.load_chat(chat.chat_id).title == "way too long"
-        store.delete_message(first.message_id)
-        assert store.load_chat(chat.chat_id).title == DEFAULT_TITLE
-        store.rename_chat(chat.chat_id, "mine")
-        second = StoredMessage("user", "refused too")
-        store.add_message(chat.chat_id, second)
-        store.delete_message(second.message_id)
+        chat.undo_turn(user, reply)
+        store.delete_messages(chat, user, reply)
+        back = store.load_chat(chat.chat_id)
+        assert back.title == DEFAULT_TITLE and back.messages == []
+        chat.rename("mine")
+        store.save_title(chat)
+        user, reply = turn(store, chat, "refused too")
+        chat.undo_turn(user, reply)
+        store.delete_messages(chat, user, reply)
         assert store.load_chat(chat.chat_id).title == "mine"  # a title the user gave stays
+
+
+def test_a_data_dir_of_the_previous_schema_opens_with_everything_intact(tmp_path):
+    """tests/fixtures/v1_data was written by llmchat at schema 1 (main @36b3699), before token spans."""
+    shutil.copytree(FIXTURES / "v1_data", tmp_path / "data")
+    with ChatStore(tmp_path / "data") as store:
+        assert store._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+        chats = {c.title: c for c in store.list_chats()}
+        assert set(chats) == {"What is the capital of France?", "Renamed [bold]chat[/]"}
+        first = store.load_chat(chats["What is the capital of France?"].chat_id)
+        assert first.settings == ChatSettings("You are terse.", 0.0, 0.9, 64)
+        assert first.token_ids == list(range(1, 80))
+        assert [(m.role, m.content, m.status, m.token_span) for m in first.messages] == [
+            ("user", "What is the capital of France?", "done", None),
+            ("assistant", "The capital of France is Paris.", "done", None),
+            ("user", "And of Italy?\nSecond line", "done", None),
+            ("assistant", "Rome", "interrupted", None),  # it was streaming when that app closed
+        ]
+        second = store.load_chat(chats["Renamed [bold]chat[/]"].chat_id)
+        assert second.title_auto is False and second.messages == []
+        assert store.get_setting("theme") == "textual-light"
+        user, reply = first.start_turn("and Spain?")  # the migrated chat goes on, with spans from now on
+        store.add_messages(first, user, reply)
+        first.begin_reply(user, reply, first.token_ids + [7, 8])
+        first.finish_reply(reply, "Madrid", "done", "stop")
+        store.finish_turn(first, user, reply)
+    with ChatStore(tmp_path / "data") as store:
+        again = store.load_chat(first.chat_id)
+        assert again.messages[-2].token_span == (79, 81) and again.token_ids == list(range(1, 80)) + [7, 8]
 
 
 def test_settings_and_app_settings(tmp_path):
@@ -158,7 +197,8 @@ def test_failed_write_changes_nothing(tmp_path):
         chat = store.create_chat()
         before = store.list_chats()
         with pytest.raises(sqlite3.IntegrityError):
-            store.add_message(chat.chat_id + 99, StoredMessage("user", "orphan"))  # no such chat: FK fails
+            orphan = Message("user", "orphan")
+            store.add_messages(chat.__class__(chat.chat_id + 99), orphan)  # no such chat: FK fails
         assert store.list_chats() == before
         assert store._db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
 
@@ -168,12 +208,12 @@ def test_a_batch_lands_whole_or_not_at_all(tmp_path):
         chat = store.create_chat()
         with pytest.raises(sqlite3.IntegrityError):
             with store.batch():
-                store.add_message(chat.chat_id, StoredMessage("user", "kept only with its reply"))
-                store.add_message(chat.chat_id + 1, StoredMessage("assistant", "no such chat"))
+                store.add_messages(chat, Message("user", "kept only with its reply"))
+                store.add_messages(chat.__class__(chat.chat_id + 1), Message("assistant", "no such chat"))
         assert store.load_chat(chat.chat_id).messages == [] and store.load_chat(chat.chat_id).title == DEFAULT_TITLE
         with store.batch():
-            store.add_message(chat.chat_id, StoredMessage("user", "q"))
-            store.add_message(chat.chat_id, StoredMessage("assistant", "a"))
+            store.add_messages(chat, Message("user", "q"))
+            store.add_messages(chat, Message("assistant", "a"))
         assert [m.content for m in store.load_chat(chat.chat_id).messages] == ["q", "a"]
 
 

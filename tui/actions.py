@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from textual.app import SystemCommand
 from textual.screen import Screen
 
-from llmchat.core.store import ChatSettings
+from llmchat.core.conversation import ChatSettings
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from llmchat.tui.session import ChatSession
@@ -40,7 +40,7 @@ COMMANDS = [
 class ChatActions(_Base):
     async def action_new_chat(self) -> None:
         current = self.current
-        if current is not None and not current.record.messages and not current.busy:
+        if current is not None and not current.conversation.messages and not current.busy:
             self.chat_screen.prompt.focus()  # already on an empty chat
             return
         settings = current.settings if current else ChatSettings()
@@ -63,18 +63,18 @@ class ChatActions(_Base):
     def action_rename(self) -> None:
         session = self.current
         if session is not None:
-            screen = TextPromptScreen(f"Rename chat #{session.chat_id}", session.record.title)
+            screen = TextPromptScreen(f"Rename chat #{session.chat_id}", session.conversation.title)
             self.push_screen(screen, lambda title: self.rename_chat(session, title))
 
     def rename_chat(self, session: ChatSession, title: str | None) -> None:
         if title is None:
             return
         try:
-            self.store.rename_chat(session.chat_id, title)
+            session.conversation.rename(title)
         except ValueError as e:
             self.notify(str(e), severity="error")
             return
-        session.record.title, session.record.title_auto = " ".join(title.split()), False
+        self.store.save_title(session.conversation)
         self.chat_screen.chat_list.refresh_chat(session.chat_id)
         self.show_header()
 
@@ -83,8 +83,8 @@ class ChatActions(_Base):
         if session is None:
             return
         busy = " Its reply in progress will be stopped." if session.busy else ""
-        question = (f"Delete chat #{session.chat_id} “{session.record.title}” and its "
-                    f"{len(session.record.messages)} messages?{busy} This cannot be undone.")
+        question = (f"Delete chat #{session.chat_id} “{session.conversation.title}” and its "
+                    f"{len(session.conversation.messages)} messages?{busy} This cannot be undone.")
         self.push_screen(ConfirmScreen(safe_text(question), yes="Delete"),
                          lambda yes: self.delete_chat(session) if yes else None)
 
@@ -117,7 +117,7 @@ class ChatActions(_Base):
         if settings is None or session.chat_id not in self.sessions:
             return
         self.store.update_settings(session.chat_id, settings)
-        session.record.settings = settings
+        session.conversation.settings = settings
         self.show_header()
         self.notify("Settings saved; they apply from the next message.", timeout=2)
 
@@ -128,7 +128,7 @@ class ChatActions(_Base):
         if session is None:
             return
         try:
-            paths = export_chat(session.record, self.store.data_dir / "exports")
+            paths = export_chat(session.conversation, self.store.data_dir / "exports")
         except OSError as e:
             self.notify(f"Could not export: {e}", severity="error")
             return
@@ -136,7 +136,7 @@ class ChatActions(_Base):
 
     def action_copy_reply(self) -> None:
         session = self.current
-        replies = [m for m in session.record.messages if m.role == "assistant"] if session else []
+        replies = [m for m in session.conversation.messages if m.role == "assistant"] if session else []
         if not replies:
             self.notify("No reply to copy yet", severity="warning")
             return
@@ -162,5 +162,5 @@ class ChatActions(_Base):
         for key, title, help_text in COMMANDS:
             yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
         for s in self.ordered_sessions():
-            yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.record.title)}", "switch to this chat",
+            yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.conversation.title)}", "switch to this chat",
                                 lambda chat_id=s.chat_id: self.open_chat(chat_id))

@@ -11,18 +11,21 @@ import argparse
 import asyncio
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from textual import on
 from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
 from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.actions import THEMES, ChatActions
-from llmchat.tui.bridge import EngineBridge, default_engine_factory, model_label
+from llmchat.tui.bridge import EngineBridge, default_engine_factory
 from llmchat.tui.messages import (
-    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PromptReady, ResidentBlocks,
+    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, ResidentBlocks, SaveFailed, TurnFinished,
+    TurnRefused, TurnStarted,
 )
 from llmchat.tui.screens.chat import BannerView, ChatScreen
 from llmchat.tui.session import ChatSession
@@ -63,10 +66,14 @@ class LlmChatApp(ChatActions, App):
         super().__init__()
         self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
         if engine_factory is None:
-            self.bridge = EngineBridge(self, default_engine_factory(model, engine_config), model_label(model))
-        else:
-            self.bridge = EngineBridge(self, engine_factory)
-        self.turns = TurnManager(self)
+            from llmchat.core.config import EngineConfig
+
+            config = engine_config or EngineConfig()
+            engine_factory = default_engine_factory(config if model is None else replace(config, model=model))
+        self.bridge = EngineBridge(self, engine_factory)
+        self.turns = TurnManager(self.store, self.bridge, self.post_message)
+        self._next_frame = 0.0
+        self._last_write_error = -1e9
         self.sessions: dict[int, ChatSession] = {}
         self.current_id: int | None = None
         self.drafts: dict[int, str] = {}
@@ -90,10 +97,10 @@ class LlmChatApp(ChatActions, App):
         await self.chat_screen.chat_list.show(self.ordered_sessions(), None)
         await self.open_chat(self.ordered_sessions()[0].chat_id)
         self.set_interval(STATS_INTERVAL_S, self.refresh_live)
-        self.set_interval(STREAM_INTERVAL_S, self.turns.flush)
+        self.set_interval(STREAM_INTERVAL_S, self.stream_frame)
 
     def ordered_sessions(self) -> list[ChatSession]:
-        return sorted(self.sessions.values(), key=lambda s: (s.record.updated_at, s.chat_id), reverse=True)
+        return sorted(self.sessions.values(), key=lambda s: (s.conversation.updated_at, s.chat_id), reverse=True)
 
     @property
     def current(self) -> ChatSession | None:
@@ -124,11 +131,20 @@ class LlmChatApp(ChatActions, App):
             if self.ui_alive:
                 raise
 
-    async def on_engine_events_pending(self, msg: EngineEventsPending) -> None:
-        await self.turns.on_engine_events()
+    def on_engine_events_pending(self, msg: EngineEventsPending) -> None:
+        self.turns.apply(self.bridge.drain())
 
-    async def on_prompt_ready(self, msg: PromptReady) -> None:
-        await self.turns.on_prompt_ready(msg)
+    async def stream_frame(self) -> None:
+        """Show the current chat's newly streamed text: one Markdown append per frame, not per token, and
+        fewer frames when rendering is slow (a frame waits twice as long as the last one took)."""
+        session = self.current
+        now = time.monotonic()
+        if session is None or session.turn is None or not self.ui_alive or now < self._next_frame:
+            return
+        view = self.chat_screen.transcript.reply_view(session.turn.reply)
+        if view is not None:
+            await self.guarded(view.show_upto(session.turn.text))
+            self._next_frame = now + 2 * (time.monotonic() - now)
 
     def refresh_live(self) -> None:
         """4 Hz: engine panels (if the snapshot changed) and the streaming chats' progress."""
@@ -163,23 +179,13 @@ class LlmChatApp(ChatActions, App):
         now = time.monotonic()
         if now - self._resident_asked < RESIDENT_INTERVAL_S and not force:
             return
-        chats, in_flight = self.kv_panel_chats()
-        if (chats or in_flight) and self.bridge.request_resident_blocks(chats, in_flight):
+        if self.bridge.request_residency():
             self._resident_asked = now
-
-    def kv_panel_chats(self) -> tuple[dict, dict]:
-        """The KV panel's chats: their token ids (cached prefix) and their requests in flight."""
-        sessions = self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]
-        chats = {s.chat_id: s.record.token_ids for s in sessions if s.record.token_ids}
-        in_flight = {s.chat_id: s.turn.handle for s in sessions if s.turn is not None and s.turn.handle is not None}
-        return chats, in_flight
 
     async def ask_resident_blocks_now(self) -> None:
         """Ask now and wait for the answer (for tests and snapshots)."""
-        chats, in_flight = self.kv_panel_chats()
-        ask = getattr(self.bridge.service, "resident_blocks", None)
-        if ask is not None and (chats or in_flight):
-            self.resident = await asyncio.wrap_future(ask(chats, in_flight))
+        if self.bridge.service is not None:
+            self.resident = await asyncio.wrap_future(self.bridge.service.residency())
             self.show_engine_panels()
 
     def on_resident_blocks(self, msg: ResidentBlocks) -> None:
@@ -187,9 +193,12 @@ class LlmChatApp(ChatActions, App):
         if self.ui_alive:
             self.show_engine_panels()
 
-    # -- turn callbacks (from TurnManager) --------------------------------------------------
-    async def on_turn_started(self, session: ChatSession) -> None:
-        screen = self.chat_screen
+    # -- turn messages (from TurnManager) ---------------------------------------------------
+    @on(TurnStarted)
+    async def show_turn_started(self, msg: TurnStarted) -> None:
+        if not self.ui_alive:
+            return
+        session, screen = msg.session, self.chat_screen
         await self.refresh_chat_list()
         if session.chat_id == self.current_id:
             await screen.transcript.add_turn(session)
@@ -197,12 +206,15 @@ class LlmChatApp(ChatActions, App):
             self.show_header()
             screen.panels.show_chat(session)
 
-    async def on_turn_finished(self, session: ChatSession) -> None:
-        screen = self.chat_screen
+    @on(TurnFinished)
+    async def show_turn_finished(self, msg: TurnFinished) -> None:
+        if not self.ui_alive:
+            return
+        session, screen = msg.session, self.chat_screen
         self.ask_resident_blocks(force=True)
         screen.chat_list.refresh_chat(session.chat_id)
         if session.chat_id == self.current_id:
-            view = screen.transcript.reply_view(session.record.messages[-1])  # (its text: in finish())
+            view = screen.transcript.reply_view(session.conversation.messages[-1])  # (its text: in finish())
             if view is not None:
                 await view.finish()
             screen.show_banner(session.banner)
@@ -211,8 +223,11 @@ class LlmChatApp(ChatActions, App):
         elif session.banner is not None:
             self.notify(f"#{session.chat_id}: {session.banner.text}", severity="warning", timeout=6)
 
-    async def on_turn_refused(self, session: ChatSession, text: str) -> None:
-        screen = self.chat_screen
+    @on(TurnRefused)
+    async def show_turn_refused(self, msg: TurnRefused) -> None:
+        if not self.ui_alive:
+            return
+        session, text, screen = msg.session, msg.text, self.chat_screen
         screen.chat_list.refresh_chat(session.chat_id)
         self.show_engine_panels()
         if session.chat_id == self.current_id:
@@ -228,14 +243,26 @@ class LlmChatApp(ChatActions, App):
             self.drafts[session.chat_id] = text
             self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8)
 
+    @on(SaveFailed)
+    def show_save_failed(self, msg: SaveFailed) -> None:
+        now = time.monotonic()
+        if now - self._last_write_error > 10:  # once in a while, not per token
+            self._last_write_error = now
+            self.notify(f"Could not save to {msg.path}: {msg.error}. The chat goes on in memory.",
+                        severity="error", timeout=10, markup=False)
+
     # -- UI events --------------------------------------------------------------------------
     async def on_prompt_input_submitted(self, msg: PromptInput.Submitted) -> None:
         session = self.current
         if session is None:
             return
-        if self.turns.can_send(session):
-            self.chat_screen.prompt.clear_message()  # before anything awaits: a refusal may put it back
-            await self.turns.send(session, msg.text)
+        why_not = self.turns.why_not_send(session)
+        if why_not is not None:
+            self.notify(why_not, severity="warning")
+            return
+        self.chat_screen.prompt.clear_message()  # a refusal puts it back
+        if not self.turns.send(session, msg.text):
+            self.chat_screen.prompt.set_message(msg.text)
 
     async def on_list_view_selected(self, msg: ChatList.Selected) -> None:
         item = msg.item
@@ -268,7 +295,7 @@ class LlmChatApp(ChatActions, App):
 
     def show_header(self) -> None:
         info = self.bridge.info
-        self.chat_screen.show_header(self.current, info.max_context if info else None)
+        self.chat_screen.show_header(self.current, info.context_length if info else None)
 
     # -- quit -------------------------------------------------------------------------------
     async def action_quit(self) -> None:

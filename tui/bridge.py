@@ -1,6 +1,6 @@
 """The UI's one door to the engine: start it off the UI thread, hand its events over, pass calls through.
 
-The engine thread calls `_sink` for every event. The sink never touches widgets: it appends the event
+The backend (core/protocol.py) calls `_sink` for every event, on its own thread. The sink never touches widgets: it appends the event
 to a buffer and posts one EngineEventsPending message if none is queued; the UI drains the buffer
 when it gets to it. However fast the engine goes, the UI handles one message per batch of events, so
 four chats streaming at once cost the UI one drain per frame, not one message per token.
@@ -11,22 +11,21 @@ import threading
 from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual.app import App
 
-from llmchat.tui.messages import (
-    EngineEventsPending, EngineFailed, EngineInfo, EngineProgress, EngineReady, ResidentBlocks,
-)
+from llmchat.core.protocol import Backend, BackendInfo, Handle, Sink
+from llmchat.tui.messages import EngineEventsPending, EngineFailed, EngineProgress, EngineReady, ResidentBlocks
 
 if TYPE_CHECKING:  # the engine loads lazily, in a worker thread
     from llmchat.core.config import EngineConfig
+    from llmchat.core.conversation import Conversation
     from llmchat.core.events import EngineEvent
     from llmchat.core.metrics import EngineStats
     from llmchat.core.sampling import SamplingParams
-    from llmchat.core.service import EngineService, RequestHandle, Sink
 
-    EngineFactory = Callable[[Callable[[str], None], Sink], EngineService]
+EngineFactory = Callable[[Callable[[str], None], Sink], Backend]
 
 DEFAULT_MAX_NUM_SEQS = 8
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
@@ -34,23 +33,23 @@ DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 
 @dataclass(slots=True)
 class StreamItem:
-    handle: "RequestHandle"
+    handle: Handle
     event: "EngineEvent"
 
 
-def default_engine_factory(model: str | None, config: "EngineConfig | None" = None) -> "EngineFactory":
-    """Load the model (fetching/converting it on first use) and start the in-process engine."""
+def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactory:
+    """Load config.model (fetching/converting it on first use) and start the in-process engine."""
 
-    def factory(progress: Callable[[str], None], sink: "Sink") -> "EngineService":
+    def factory(progress: Callable[[str], None], sink: Sink) -> Backend:
         from llmchat.core.config import EngineConfig
         from llmchat.core.engine import LLMEngine
         from llmchat.core.loader import load_model
         from llmchat.core.service import EngineService
 
         cfg = config or EngineConfig(max_num_seqs=DEFAULT_MAX_NUM_SEQS)
-        loaded = load_model(model, device=cfg.device, progress=progress)
+        loaded = load_model(cfg.model, device=cfg.device, progress=progress)
         progress("starting the engine (allocating the KV cache)")
-        return EngineService(LLMEngine(loaded, cfg), sink)
+        return EngineService(LLMEngine(loaded, cfg), sink, model_label(cfg.model))
 
     return factory
 
@@ -69,12 +68,11 @@ def one_line(error: BaseException) -> str:
 
 
 class EngineBridge:
-    def __init__(self, app: App, factory: "EngineFactory", label: str | None = None) -> None:
+    def __init__(self, app: App, factory: EngineFactory) -> None:
         self.app = app
         self.factory = factory
-        self.label = label  # the model's name to show; None: the model folder's name
-        self.service: EngineService | None = None
-        self.info: EngineInfo | None = None
+        self.service: Backend | None = None
+        self.info: BackendInfo | None = None
         self._lock = threading.Lock()
         self._items: list[StreamItem] = []
         self._posted = False
@@ -86,14 +84,7 @@ class EngineBridge:
         except Exception as e:  # a bad model file, offline on first start, out of memory...
             self.app.post_message(EngineFailed(one_line(e)))
             return
-        engine: Any = getattr(service, "engine", None)
-        loaded = getattr(engine, "loaded", None)
-        self.info = EngineInfo(
-            model_name=self.label or (loaded.folder.name if loaded else "remote"),
-            device=str(getattr(engine.config, "device", "?")) if engine else "?",
-            max_context=int(getattr(engine, "max_context", 0)),
-            load_seconds=float(getattr(loaded, "load_seconds", 0.0)),
-        )
+        self.info = service.info()
         self.service = service
         self.app.post_message(EngineReady(self.info))
 
@@ -101,13 +92,8 @@ class EngineBridge:
     def ready(self) -> bool:
         return self.service is not None
 
-    @property
-    def tokenizer(self):
-        assert self.service is not None
-        return self.service.engine.tokenizer
-
     # -- engine thread ----------------------------------------------------------------------
-    def _sink(self, handle: "RequestHandle", event: "EngineEvent") -> None:
+    def _sink(self, handle: Handle, event: "EngineEvent") -> None:
         with self._lock:
             self._items.append(StreamItem(handle, event))
             if self._posted:
@@ -122,22 +108,20 @@ class EngineBridge:
             self._posted = False
         return items
 
-    def submit(self, prompt_ids: list[int], params: "SamplingParams") -> "RequestHandle":
+    def submit(self, conversation_id: int, conversation: "Conversation", params: "SamplingParams") -> Handle:
         assert self.service is not None
-        return self.service.submit(prompt_ids, params)
+        return self.service.submit(conversation_id, conversation, params)
 
-    def cancel(self, handle: "RequestHandle") -> bool:
+    def cancel(self, handle: Handle) -> bool:
         return self.service.cancel(handle) if self.service is not None else False
 
-    def request_resident_blocks(self, token_ids_by_chat: dict[int, list[int]],
-                                in_flight: dict[int, "RequestHandle"] | None = None) -> bool:
-        """Ask which KV blocks hold each chat's cached prefix and its request in flight; the answer comes as a
-        ResidentBlocks message. False when the engine cannot tell (not ready, or a backend without block figures)."""
-        ask = getattr(self.service, "resident_blocks", None)
-        if ask is None:
+    def request_residency(self) -> bool:
+        """Ask which KV blocks hold each chat's cached prefix and its reply in flight; the answer comes as a
+        ResidentBlocks message. False when there is no backend to ask (not ready, or shut down)."""
+        if self.service is None:
             return False
         try:
-            future = ask(token_ids_by_chat, in_flight)
+            future = self.service.residency()
         except RuntimeError:  # shut down
             return False
         future.add_done_callback(lambda f: f.exception() is None and self.app.post_message(ResidentBlocks(f.result())))

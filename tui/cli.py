@@ -78,6 +78,7 @@ def engine_config(args: argparse.Namespace, **overrides):
     if kv_gb is not None and kv_gb <= 0:
         raise ValueError("--kv-cache-gb must be positive")
     return EngineConfig(
+        model=getattr(args, "model", None),
         device=getattr(args, "device", None) or "cpu",
         kv_cache_bytes=None if kv_gb is None else int(kv_gb * 1e9),
         enable_prefix_caching=not getattr(args, "no_prefix_cache", False),

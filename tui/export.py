@@ -14,7 +14,8 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from llmchat.core.store import ChatRecord, ChatStore, default_data_dir
+from llmchat.core.conversation import Conversation
+from llmchat.core.store import ChatStore, default_data_dir
 from llmchat.tui import format as fmt
 from llmchat.tui.sanitize import safe_text
 
@@ -25,7 +26,7 @@ def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(t))
 
 
-def chat_markdown(record: ChatRecord) -> str:
+def chat_markdown(record: Conversation) -> str:
     s = record.settings
     out = [
         f"# {safe_text(record.title)}",
@@ -56,7 +57,7 @@ def _metrics_dict(m) -> dict | None:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
 
 
-def chat_dict(record: ChatRecord) -> dict:
+def chat_dict(record: Conversation) -> dict:
     s = record.settings
     return {
         "chat_id": record.chat_id,
@@ -74,7 +75,7 @@ def chat_dict(record: ChatRecord) -> dict:
     }
 
 
-def chat_json(record: ChatRecord) -> str:
+def chat_json(record: Conversation) -> str:
     """JSON text; control characters (C0 by json itself, DEL, C1, bidi controls here) are \\u escapes."""
     d = chat_dict(record)
     ids, d["token_ids"] = d["token_ids"], "\0ids"  # thousands of ids: one line, not one per line
@@ -82,7 +83,7 @@ def chat_json(record: ChatRecord) -> str:
     return text.replace('"\\u0000ids"', json.dumps(ids, separators=(",", ":")), 1) + "\n"
 
 
-def export_chat(record: ChatRecord, folder: Path) -> tuple[Path, Path]:
+def export_chat(record: Conversation, folder: Path) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     base = folder / f"chat-{record.chat_id}"
     md, js = base.with_suffix(".md"), base.with_suffix(".json")

@@ -1,19 +1,15 @@
 """Textual messages: how workers and the engine thread hand things to the UI (post_message is thread-safe)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.message import Message
 
+from llmchat.core.protocol import BackendInfo
 
-@dataclass(slots=True)
-class EngineInfo:
-    """What the UI shows about the loaded model, read once when the engine is ready."""
-
-    model_name: str
-    device: str
-    max_context: int
-    load_seconds: float
+if TYPE_CHECKING:
+    from llmchat.tui.session import ChatSession
 
 
 class EngineProgress(Message):
@@ -25,7 +21,7 @@ class EngineProgress(Message):
 
 
 class EngineReady(Message):
-    def __init__(self, info: EngineInfo) -> None:
+    def __init__(self, info: BackendInfo) -> None:
         super().__init__()
         self.info = info
 
@@ -40,14 +36,37 @@ class EngineEventsPending(Message):
     """The bridge holds engine events to drain; at most one of these is in the queue at a time."""
 
 
-class PromptReady(Message):
-    """A worker tokenized a turn's prompt (or failed to); the UI submits it."""
+class TurnStarted(Message):
+    """A chat's message went to the backend; its reply streams into session.turn."""
 
-    def __init__(self, chat_id: int, turn_token: object, prompt_ids: list[int] | None, error: str | None) -> None:
+    def __init__(self, session: "ChatSession") -> None:
         super().__init__()
-        self.chat_id = chat_id
-        self.turn_token = turn_token
-        self.prompt_ids = prompt_ids
+        self.session = session
+
+
+class TurnFinished(Message):
+    """A chat's reply is final and stored (session.turn is None again; session.banner may say why it ended)."""
+
+    def __init__(self, session: "ChatSession") -> None:
+        super().__init__()
+        self.session = session
+
+
+class TurnRefused(Message):
+    """The backend refused a chat's prompt: the turn was undone; `text` is the user's message, to give back."""
+
+    def __init__(self, session: "ChatSession", text: str) -> None:
+        super().__init__()
+        self.session = session
+        self.text = text
+
+
+class SaveFailed(Message):
+    """A store write failed (full or read-only disk); the chat goes on in memory."""
+
+    def __init__(self, path: Path, error: str) -> None:
+        super().__init__()
+        self.path = path
         self.error = error
 
 

@@ -6,13 +6,14 @@ import re
 
 from tui_helpers import SIZE, press, quit_app, screen_text, wait_for
 
-from llmchat.core.store import ChatSettings, ChatStore
+from llmchat.core.conversation import ChatSettings
+from llmchat.core.store import ChatStore
 from llmchat.tui.screens.dialogs import ConfirmScreen, TextPromptScreen
 
 
 def set_settings(app, session, settings: ChatSettings) -> None:
     app.store.update_settings(session.chat_id, settings)
-    session.record.settings = settings
+    session.conversation.settings = settings
 
 
 async def send(pilot, text: str) -> None:
@@ -47,18 +48,17 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         # switch back to the first chat (Ctrl+Up: the list is newest first) while both stream
         await press(pilot, "ctrl+down")
         assert app.current is first
-        text = screen_text(app)
-        assert "Tell me a long story" in text and "streaming" in text
+        await wait_for(pilot, lambda: "Tell me a long story" in screen_text(app) and "streaming" in screen_text(app))
 
         # Esc stops the first reply; what it wrote so far is kept
         await press(pilot, "escape")
         await wait_for(pilot, lambda: not first.busy)
-        reply = first.record.messages[-1]
+        reply = first.conversation.messages[-1]
         assert reply.status == "stopped" and reply.finish_reason == "abort", (reply.metrics, reply.finish_reason)
         assert 10 <= reply.metrics.num_output_tokens < 600 and reply.content
         assert "stopped" in screen_text(app)
         await wait_for(pilot, lambda: not second.busy)
-        assert second.record.messages[-1].status == "done"
+        assert second.conversation.messages[-1].status == "done"
 
         # the KV panel lists each chat's blocks and the one block they share (the default system prompt)
         def kv_lines():
@@ -66,14 +66,14 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         await wait_for(pilot, lambda: first.chat_id in app.resident and second.chat_id in app.resident)
         await pilot.pause(0.3)
         for s in (first, second):
-            blocks = (len(s.record.token_ids) - 1) // 16  # the last sampled token was never fed: no KV
-            assert re.search(rf"#{s.chat_id} +{re.escape(s.record.title[:14])}.* {blocks:>4} · +1$", kv_lines(), re.M), kv_lines()
-        assert second.record.messages[-1].metrics.num_output_tokens == 200
+            blocks = (len(s.conversation.token_ids) - 1) // 16  # the last sampled token was never fed: no KV
+            assert re.search(rf"#{s.chat_id} +{re.escape(s.conversation.title[:14])}.* {blocks:>4} · +1$", kv_lines(), re.M), kv_lines()
+        assert second.conversation.messages[-1].metrics.num_output_tokens == 200
 
         # each chat's ids are its prompt ids + reply ids, exactly
         for s in (first, second):
-            m = s.record.messages[-1].metrics
-            assert len(s.record.token_ids) == m.num_prompt_tokens + m.num_output_tokens
+            m = s.conversation.messages[-1].metrics
+            assert len(s.conversation.token_ids) == m.num_prompt_tokens + m.num_output_tokens
 
         # rename the second chat
         await press(pilot, "ctrl+up")
@@ -83,7 +83,7 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         app.screen.query_one("#text").value = ""
         await press(pilot, *"Short stories", "enter")
         await pilot.pause()
-        assert second.record.title == "Short stories" and "Short stories" in screen_text(app)
+        assert second.conversation.title == "Short stories" and "Short stories" in screen_text(app)
 
         # a third chat, then delete it: n keeps it, y deletes it
         await press(pilot, "ctrl+n")
@@ -98,8 +98,8 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         await press(pilot, "y")
         await wait_for(pilot, lambda: third.chat_id not in app.sessions)
         assert f"#{third.chat_id}" not in screen_text(app)
-        expected = {cid: (s.record.title, [(m.role, m.content, m.status) for m in s.record.messages],
-                          list(s.record.token_ids), [m.metrics for m in s.record.messages])
+        expected = {cid: (s.conversation.title, [(m.role, m.content, m.status) for m in s.conversation.messages],
+                          list(s.conversation.token_ids), [m.metrics for m in s.conversation.messages])
                     for cid, s in app.sessions.items()}
         await quit_app(pilot)
 
@@ -109,8 +109,8 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
     app2 = make_app()
     async with app2.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app2.bridge.ready)
-        found = {cid: (s.record.title, [(m.role, m.content, m.status) for m in s.record.messages],
-                       list(s.record.token_ids), [m.metrics for m in s.record.messages])
+        found = {cid: (s.conversation.title, [(m.role, m.content, m.status) for m in s.conversation.messages],
+                       list(s.conversation.token_ids), [m.metrics for m in s.conversation.messages])
                  for cid, s in app2.sessions.items()}
         assert found.keys() == expected.keys()
         for cid in expected:  # titles, messages, token ids and metrics (NaN-free fields compare equal)
@@ -125,11 +125,11 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         assert "TTFT" in text and "200 tokens" in text
 
         # continuing the restarted chat extends its stored ids exactly
-        stored_ids = list(app2.current.record.token_ids)
+        stored_ids = list(app2.current.conversation.token_ids)
         await send(pilot, "One more")
         session = app2.current
         await wait_for(pilot, lambda: session.turn is None or session.turn.prompt_ids is not None)
-        prompt_ids = session.record.token_ids if session.turn is None else session.turn.prompt_ids
+        prompt_ids = session.conversation.token_ids if session.turn is None else session.turn.prompt_ids
         assert prompt_ids[: len(stored_ids)] == stored_ids
         await wait_for(pilot, lambda: not session.busy)
 
@@ -141,11 +141,11 @@ async def test_next_turn_reuses_the_chat_prefix_and_the_panel_says_so(make_app):
         chat = app.current
         set_settings(app, chat, ChatSettings(None, 0.0, 1.0, 30))
         await send(pilot, "first turn")
-        await wait_for(pilot, lambda: len(chat.record.messages) == 2 and not chat.busy)
-        ids_after_first = list(chat.record.token_ids)
+        await wait_for(pilot, lambda: len(chat.conversation.messages) == 2 and not chat.busy)
+        ids_after_first = list(chat.conversation.token_ids)
         await send(pilot, "second turn")
-        await wait_for(pilot, lambda: len(chat.record.messages) == 4 and not chat.busy)
-        m = chat.record.messages[-1].metrics
+        await wait_for(pilot, lambda: len(chat.conversation.messages) == 4 and not chat.busy)
+        m = chat.conversation.messages[-1].metrics
         full_blocks = len(ids_after_first) // 16 * 16
         assert m.num_cached_tokens == full_blocks > 0  # every full block of the first turn came from the cache
         await pilot.pause(0.3)
@@ -160,6 +160,7 @@ async def test_settings_dialog_validates_and_saves(make_app, tmp_path):
     async with app.run_test(size=SIZE) as pilot:
         chat = app.current
         await press(pilot, "ctrl+o")
+        await wait_for(pilot, lambda: app.screen.query("#temperature"))  # the dialog is composed
         dialog = app.screen
         dialog.query_one("#temperature").value = "-1"
         await press(pilot, "ctrl+s")

@@ -15,7 +15,8 @@ from textual import events
 from textual.command import CommandPalette
 from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
-from llmchat.core.store import ChatSettings, ChatStore, DataDirInUse
+from llmchat.core.conversation import ChatSettings
+from llmchat.core.store import ChatStore, DataDirInUse
 from llmchat.tui.actions import COMMANDS
 from llmchat.tui.app import LlmChatApp, run_app
 from llmchat.tui.export import chat_dict, run_export
@@ -29,7 +30,7 @@ async def test_export_copy_and_theme(make_app, tmp_path):
         await wait_for(pilot, lambda: app.bridge.ready)
         await one_turn(pilot, "Export me\x1b[2J", ChatSettings(None, 0.0, 1.0, 20), repaint=0.2)
         chat = app.current
-        reply = chat.record.messages[-1]
+        reply = chat.conversation.messages[-1]
 
         await press(pilot, "ctrl+l")  # copy the last reply
         assert app.clipboard == reply.content
@@ -110,8 +111,8 @@ async def test_a_huge_paste_stays_responsive_and_a_too_long_message_is_refused_w
         assert "Not sent" in screen_text(app)
         banner = str(app.chat_screen.query_one("#banner").render())
         assert "Not sent: the prompt has" in banner and "Your message is back in the input box" in banner
-        assert "lorem" not in app.current.record.title  # a refused message does not title the chat
-        assert prompt.message_text() == paste and chat.record.messages == []
+        assert "lorem" not in app.current.conversation.title  # a refused message does not title the chat
+        assert prompt.message_text() == paste and chat.conversation.messages == []
         with ChatStore(app.store.data_dir, readonly=True) as store:
             assert store.load_chat(chat.chat_id).messages == []  # nothing half-stored
 
@@ -122,14 +123,14 @@ async def test_a_chat_that_fills_the_context_gets_a_banner_then_refuses_politely
         await wait_for(pilot, lambda: app.bridge.ready)
         await one_turn(pilot, "word " * 900, ChatSettings(None, 0.0, 1.0, 2000), repaint=0.2)
         chat = app.current
-        reply = chat.record.messages[-1]
-        assert reply.finish_reason == "length" and len(chat.record.token_ids) == 1024
+        reply = chat.conversation.messages[-1]
+        assert reply.finish_reason == "length" and len(chat.conversation.token_ids) == 1024
         assert chat.banner.kind == "warning" and "reached the model's context of 1,024 tokens" in chat.banner.text
         assert "This chat is full" in screen_text(app)
         app.chat_screen.prompt.load_text("and now?")
         await press(pilot, "enter")
         await wait_for(pilot, lambda: app.chat_screen.prompt.text == "and now?")  # the message is back
-        assert chat.banner.kind == "error" and "Not sent" in chat.banner.text and len(chat.record.messages) == 2
+        assert chat.banner.kind == "error" and "Not sent" in chat.banner.text and len(chat.conversation.messages) == 2
 
 
 async def test_loading_progress_is_shown_and_a_failed_load_says_why(tmp_path, engine_factory):
@@ -146,7 +147,7 @@ async def test_loading_progress_is_shown_and_a_failed_load_says_why(tmp_path, en
         assert app.chat_screen.query_one("#loading").display
         app.chat_screen.prompt.load_text("too early")
         await press(pilot, "enter")
-        assert app.current.record.messages == [] and app.chat_screen.prompt.text == "too early"
+        assert app.current.conversation.messages == [] and app.chat_screen.prompt.text == "too early"
         release.set()
         await wait_for(pilot, lambda: app.bridge.ready)
         await pilot.pause(0.2)

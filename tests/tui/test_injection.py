@@ -8,7 +8,7 @@ from textual import events
 from tui_helpers import SIZE, press, screen_ansi, screen_text, wait_for
 
 from llmchat.core.events import TextDelta
-from llmchat.core.store import ChatSettings, ChatStore, StoredMessage
+from llmchat.core.store import ChatSettings, ChatStore
 from llmchat.tui.sanitize import safe_text
 
 PAYLOAD = (
@@ -38,8 +38,9 @@ def assert_visible(text: str) -> None:
 async def test_a_stored_reply_and_title_with_markup_and_escapes_show_as_text(make_app, tmp_path):
     with ChatStore(tmp_path / "data") as store:
         chat = store.create_chat()
-        store.add_message(chat.chat_id, StoredMessage("user", "title " + PAYLOAD[:40]))
-        store.add_message(chat.chat_id, StoredMessage("assistant", PAYLOAD))
+        user, reply = chat.start_turn("title " + PAYLOAD[:40])
+        chat.finish_reply(reply, PAYLOAD, "done", "stop")
+        store.add_messages(chat, user, reply)
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
@@ -55,7 +56,7 @@ async def test_a_streamed_reply_with_escapes_shows_as_text(make_app):
         await wait_for(pilot, lambda: app.bridge.ready)
         chat = app.current
         app.store.update_settings(chat.chat_id, ChatSettings(None, 0.0, 1.0, 900))
-        chat.record.settings = ChatSettings(None, 0.0, 1.0, 900)
+        chat.conversation.settings = ChatSettings(None, 0.0, 1.0, 900)
         app.chat_screen.prompt.load_text("hi")
         await press(pilot, "enter")
         await wait_for(pilot, lambda: chat.turn is not None and chat.turn.num_output_tokens > 0)
@@ -82,8 +83,8 @@ async def test_a_pasted_message_with_escapes_is_shown_and_sent_as_text(make_app)
         assert_visible(screen_text(app))
         assert_terminal_safe(app)
         await press(pilot, "enter")
-        await wait_for(pilot, lambda: chat.record.messages and chat.record.messages[0].role == "user")
-        assert chat.record.messages[0].content == safe_text(PAYLOAD)
+        await wait_for(pilot, lambda: chat.conversation.messages and chat.conversation.messages[0].role == "user")
+        assert chat.conversation.messages[0].content == safe_text(PAYLOAD)
         await pilot.pause(0.2)
         assert_visible(screen_text(app))
         assert_terminal_safe(app)

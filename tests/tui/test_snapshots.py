@@ -6,7 +6,7 @@ import re
 
 from tui_helpers import SIZE, assert_snapshot, one_turn, press, wait_for
 
-from llmchat.core.store import ChatSettings
+from llmchat.core.conversation import ChatSettings
 
 SYSTEM = "You are a meticulous assistant for a team of engineers. " * 6  # ~70 tokens: 4+ full blocks
 
@@ -35,7 +35,7 @@ async def test_streamed_reply_with_panels(make_app):
         await one_turn(pilot, "What is a KV cache?", ChatSettings(None, 0.0, 1.0, 24))
         await settle(pilot)
         text = assert_snapshot(app, "streamed_reply")
-        m = app.current.record.messages[-1].metrics
+        m = app.current.conversation.messages[-1].metrics
         assert m.num_output_tokens == 24 and m.num_cached_tokens == 0
         assert f"reused 0 of {m.num_prompt_tokens} prompt tokens" in text
         assert re.search(r"TTFT \d+(\.\d)? ms · queue \+ prefill", text)
@@ -56,16 +56,16 @@ async def test_kv_panel_with_two_chats_sharing_a_prefix(make_app):
         second = app.current
         await settle(pilot)
         text = assert_snapshot(app, "kv_two_chats_sharing")
-        a, b = first.record.token_ids, second.record.token_ids
+        a, b = first.conversation.token_ids, second.conversation.token_ids
         common = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
         shared = common // 16
         assert shared >= 4
         assert set(app.resident[first.chat_id]) & set(app.resident[second.chat_id]) == set(
             app.resident[first.chat_id][:shared])
         for s in (first, second):
-            blocks = (len(s.record.token_ids) - 1) // 16
+            blocks = (len(s.conversation.token_ids) - 1) // 16
             assert re.search(rf"#{s.chat_id} +\S.*? +{blocks} · +{shared}\b", text), s.chat_id
         # the second chat's prompt reused the first chat's system-prompt blocks
-        m = second.record.messages[-1].metrics
+        m = second.conversation.messages[-1].metrics
         assert m.num_cached_tokens == shared * 16
         assert f"reused {m.num_cached_tokens} of {m.num_prompt_tokens} prompt tokens" in text

@@ -40,7 +40,7 @@ async def wait_for(pilot, condition, timeout: float = 20.0, step: float = 0.02) 
         if time.monotonic() > deadline:
             app = pilot.app
             state = {cid: (s.turn and (s.turn.num_output_tokens, s.turn.cancelled),
-                           [(m.role, m.status, m.finish_reason, m.error) for m in s.record.messages])
+                           [(m.role, m.status, m.finish_reason, m.error) for m in s.conversation.messages])
                      for cid, s in getattr(app, "sessions", {}).items()}
             bridge = getattr(app, "bridge", None)
             engine = bridge and bridge.service and (bridge._posted, len(bridge._items), bridge.stats(),
@@ -105,9 +105,9 @@ async def one_turn(pilot, text: str, settings, repaint: float = 0.0) -> None:
     app = pilot.app
     chat = app.current
     app.store.update_settings(chat.chat_id, settings)
-    chat.record.settings = settings
+    chat.conversation.settings = settings
     app.chat_screen.prompt.load_text(text)
     await press(pilot, "enter")
-    await wait_for(pilot, lambda: chat.record.messages and not chat.busy)
+    await wait_for(pilot, lambda: chat.conversation.messages and not chat.busy)
     if repaint:
         await pilot.pause(repaint)  # let the screen repaint

@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
-from llmchat.tui.messages import EngineInfo
+from llmchat.core.protocol import BackendInfo
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import Banner, ChatSession
 from llmchat.tui.widgets.chat_list import ChatList
@@ -70,10 +70,10 @@ class ChatScreen(Screen):
     def show_progress(self, line: str) -> None:
         self.query_one("#loading-line", Static).update(Content(safe_text(line)))
 
-    def show_engine_ready(self, info: EngineInfo) -> None:
+    def show_engine_ready(self, info: BackendInfo) -> None:
         self.query_one("#loading").display = False
         self.query_one("#model-status", Static).update(
-            Content(f"{safe_text(info.model_name)}\n{info.device} · context {info.max_context:,}")
+            Content(f"{safe_text(info.model_name)}\n{info.device} · context {info.context_length:,}")
         )
 
     def show_engine_failed(self, error: str) -> None:
@@ -89,10 +89,10 @@ class ChatScreen(Screen):
             s = session.settings
             turn = session.turn
             num = (len(turn.prompt_ids) + turn.num_output_tokens if turn and turn.prompt_ids
-                   else len(session.record.token_ids))
+                   else len(session.conversation.token_ids))
             ctx = f"context {num:,}/{max_context:,}" if max_context else f"{num:,} tokens"
             system = "custom system" if s.system_prompt else "default system"
-            text = (f"#{session.chat_id} {safe_text(session.record.title)}\n"
+            text = (f"#{session.chat_id} {safe_text(session.conversation.title)}\n"
                     f"{ctx} · temp {s.temperature:g} · top-p {s.top_p:g} · max {s.max_tokens:,} · {system}")
         self.query_one("#chat-header", Static).update(Content(text))
 

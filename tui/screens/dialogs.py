@@ -8,7 +8,7 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
-from llmchat.core.store import ChatSettings
+from llmchat.core.conversation import ChatSettings
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -36,8 +36,8 @@ class ChatListItem(ListItem):
         if len(labels) != 2:  # not composed yet: on_mount will show it
             return
         status = status_of(s)
-        meta = f"#{s.chat_id} · {fmt.when(s.record.updated_at)}" + (f" · {status}" if status else "")
-        labels[0].update(Content(safe_text(s.record.title)))
+        meta = f"#{s.chat_id} · {fmt.when(s.conversation.updated_at)}" + (f" · {status}" if status else "")
+        labels[0].update(Content(safe_text(s.conversation.title)))
         labels[1].update(Content(meta))
 
 

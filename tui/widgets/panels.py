@@ -65,7 +65,7 @@ class LatencyPanel(Panel):
 
     def show(self, session: ChatSession | None, live: LiveRequest | None = None) -> None:
         """The chat's last finished turn and its history; while a turn runs, its own figures so far."""
-        history = session.finished_metrics() if session else []
+        history = session.conversation.finished_metrics() if session else []
         last: RequestMetrics | None = history[-1] if history else None
         turn = session.turn if session else None
         if turn is not None and live is not None and live.num_output_tokens:
@@ -99,7 +99,7 @@ class PromptPanel(Panel):
         yield self.compose_explain()
 
     def show(self, session: ChatSession | None) -> None:
-        history = session.finished_metrics() if session else []
+        history = session.conversation.finished_metrics() if session else []
         m = history[-1] if history else None
         if m is None:
             line(self.query_one("#reused", Static), "no turn yet")
@@ -175,7 +175,7 @@ def chat_blocks_text(sessions: list[ChatSession], resident: dict[int, tuple[int,
             continue
         mine = blocks[s.chat_id]
         others = set().union(*(b for cid, b in blocks.items() if cid != s.chat_id))
-        title = safe_text(s.record.title)
+        title = safe_text(s.conversation.title)
         title = title if len(title) <= 15 else title[:14] + "…"
         live = " ●" if s.turn is not None else ""
         lines.append(f"#{s.chat_id:<3} {title:15} {len(mine):>4} · {len(mine & others):>3}{live}")

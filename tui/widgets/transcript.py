@@ -8,7 +8,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Markdown, Static
 
-from llmchat.core.store import StoredMessage
+from llmchat.core.conversation import Message
 from llmchat.tui import format as fmt
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
@@ -33,7 +33,7 @@ class MessageView(Vertical, can_focus=True):
 
     BINDINGS = [Binding("c", "copy", "Copy message")]
 
-    def __init__(self, message: StoredMessage) -> None:
+    def __init__(self, message: Message) -> None:
         super().__init__(classes=f"message -{message.role}")
         self.message = message
 
@@ -47,7 +47,7 @@ class UserMessage(MessageView):
         yield Static(Content(shown(self.message.content)), classes="body")
 
 
-def footer_text(message: StoredMessage, live: str | None = None) -> str:
+def footer_text(message: Message, live: str | None = None) -> str:
     if live is not None:
         return live
     status = message.status
@@ -61,7 +61,7 @@ def footer_text(message: StoredMessage, live: str | None = None) -> str:
 
 
 class AssistantMessage(MessageView):
-    def __init__(self, message: StoredMessage, text: str | None = None, live: str | None = None) -> None:
+    def __init__(self, message: Message, text: str | None = None, live: str | None = None) -> None:
         super().__init__(message)
         self._initial = message.content if text is None else text
         self._live = live
@@ -109,11 +109,11 @@ class Transcript(VerticalScroll):
         with self.app.batch_update():
             await self.remove_children()
             widgets: list = []
-            if session is None or not session.record.messages:
+            if session is None or not session.conversation.messages:
                 widgets.append(Static(Content(WELCOME), classes="welcome"))
             else:
                 turn = session.turn
-                for m in session.record.messages:
+                for m in session.conversation.messages:
                     if m.role == "user":
                         widgets.append(UserMessage(m))
                     elif turn is not None and m is turn.reply:
@@ -132,13 +132,13 @@ class Transcript(VerticalScroll):
         self.anchor()
         return reply
 
-    def reply_view(self, message: StoredMessage) -> AssistantMessage | None:
+    def reply_view(self, message: Message) -> AssistantMessage | None:
         for view in self.query(AssistantMessage):
             if view.message is message:
                 return view
         return None
 
-    async def remove_message(self, message: StoredMessage) -> None:
+    async def remove_message(self, message: Message) -> None:
         for view in self.query(MessageView):
             if view.message is message:
                 await view.remove()

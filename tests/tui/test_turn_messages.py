@@ -1,0 +1,60 @@
+"""The UI's turn is messages: TurnManager turns backend events into TurnStarted / TurnFinished /
+TurnRefused, and the app reacts to those. Driven by a fake backend (no engine, no tokenizer)."""
+from __future__ import annotations
+
+from llmchat.core.conversation import ChatSettings
+from llmchat.core.store import ChatStore
+from llmchat.tui.app import LlmChatApp
+from llmchat.tui.messages import EngineEventsPending, EngineReady, TurnFinished, TurnStarted
+
+from fake_backend import FakeBackend
+from tui_helpers import SIZE, press, quit_app, screen_text, wait_for
+
+
+def fake_app(tmp_path, **kwargs):
+    backends: list[FakeBackend] = []
+
+    def factory(progress, sink):
+        backends.append(FakeBackend(sink, **kwargs))
+        return backends[-1]
+
+    return LlmChatApp(tmp_path / "data", factory), backends
+
+
+async def test_a_turn_is_a_sequence_of_messages_and_the_ui_keeps_what_the_backend_said(tmp_path):
+    app, backends = fake_app(tmp_path, reply="Paris is the capital of France.")
+    seen: list[str] = []
+    watched = (EngineReady, TurnStarted, EngineEventsPending, TurnFinished)
+
+    def hook(message) -> None:
+        if isinstance(message, watched) and (not seen or seen[-1] != type(message).__name__):
+            seen.append(type(message).__name__)
+
+    async with app.run_test(size=SIZE, message_hook=hook) as pilot:
+        await wait_for(pilot, lambda: app.bridge.ready)
+        chat = app.current
+        app.store.update_settings(chat.chat_id, ChatSettings("Be brief.", 0.0, 1.0, 50))
+        chat.conversation.settings = ChatSettings("Be brief.", 0.0, 1.0, 50)
+        for text in ("What is the capital of France?", "Again"):
+            app.chat_screen.prompt.load_text(text)
+            await press(pilot, "enter")
+            await wait_for(pilot, lambda: len(chat.conversation.messages) in (2, 4) and not chat.busy)
+        assert seen == ["EngineReady", "TurnStarted", "EngineEventsPending", "TurnFinished",
+                        "TurnStarted", "EngineEventsPending", "TurnFinished"]
+        await wait_for(pilot, lambda: "Paris is the capital of France." in screen_text(app))
+        assert "fake-model" in screen_text(app)
+        backend = backends[0]
+        (_, first_messages, first_ids), (_, second_messages, second_ids) = backend.submitted
+        assert first_ids == [] and first_messages[0] == {"role": "system", "content": "Be brief."}
+        assert second_messages[-1] == {"role": "user", "content": "Again"}
+        assert second_messages[-2] == {"role": "assistant", "content": "Paris is the capital of France."}
+        ids = chat.conversation.token_ids
+        assert second_ids == ids[: len(second_ids)], "the next turn was sent the exact ids of the one before"
+        spans = [m.token_span for m in chat.conversation.messages]
+        assert spans[0][0] == 0 and spans[-1][1] == len(ids)
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))  # each message's span, end to end
+        await quit_app(pilot)
+    with ChatStore(tmp_path / "data", readonly=True) as store:
+        back = store.load_chat(chat.chat_id)
+    assert back.token_ids == ids and [m.token_span for m in back.messages] == spans
+    assert back.title == "What is the capital of France?"
