@@ -121,7 +121,18 @@ class LLMEngine:
 
     # -- the step ---------------------------------------------------------------------------
     def step(self) -> list[EngineEvent]:
-        events, self._pending = self._pending, []
+        """One scheduling step and forward pass. If it raises, the events it had taken (finishes of
+        cancelled, refused or dropped requests) go back to the pending list: none is ever lost."""
+        events: list[EngineEvent] = []
+        try:
+            return self._step(events)
+        except BaseException:
+            self._pending = events + self._pending
+            raise
+
+    def _step(self, events: list[EngineEvent]) -> list[EngineEvent]:
+        events += self._pending
+        self._pending = []
         batch, dropped = self.scheduler.schedule()
         for seq in dropped:
             events.extend(self._finish_stream(seq, "the KV cache is too small to continue this reply; raise --kv-cache-gb"))

@@ -211,10 +211,11 @@ class ChatStore:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # (a failed COMMIT too: never leave it open for later writes to join)
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     @contextmanager
     def batch(self) -> Iterator[None]:

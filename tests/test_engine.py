@@ -310,3 +310,27 @@ def test_stats_show_requests_in_flight(tiny_model):
     while engine.has_work:
         engine.step()
     assert engine.stats().request(rid) is None
+
+
+def test_a_failed_step_loses_no_event_and_every_request_finishes_once(tiny_model, monkeypatch):
+    engine = LLMEngine(tiny_model, EngineConfig())
+    endless = SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True)
+    a = engine.add_request(tiny_model.tokenizer.encode("first"), endless)
+    b = engine.add_request(tiny_model.tokenizer.encode("second"), endless)
+    engine.step()
+    engine.step()
+    assert engine.abort(a)  # its Finished is pending...
+    refused = engine.add_request([], endless)  # ...and so is a refusal's
+
+    def broken(batch):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(engine.runner, "run", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        engine.step()  # ...when the forward pass fails
+    engine.recover("internal engine error: boom")
+    finished = [e for e in engine.step() if isinstance(e, Finished)]
+    assert sorted(e.request_id for e in finished) == sorted([a, b, refused])
+    reasons = {e.request_id: e.reason for e in finished}
+    assert reasons[a] is FinishReason.ABORT and reasons[b] is FinishReason.ERROR and reasons[refused] is FinishReason.ERROR
+    assert engine.block_manager.num_used_blocks == 0 and not engine.has_work

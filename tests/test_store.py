@@ -242,3 +242,35 @@ def test_readonly_needs_an_existing_store_and_newer_schema_is_refused(tmp_path):
         store._db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(RuntimeError, match="newer llmchat"):
         ChatStore(tmp_path)
+
+
+class _FailingCommit:
+    """Stands in for the connection: COMMIT fails once (a full disk at commit time), the rest goes through."""
+
+    def __init__(self, db) -> None:
+        self._db = db
+        self.failed = False
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT" and not self.failed:
+            self.failed = True
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_a_failed_commit_is_rolled_back_and_later_writes_land(tmp_path):
+    with ChatStore(tmp_path) as store:
+        chat = store.create_chat()
+        real = store._db
+        store._db = _FailingCommit(real)
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            turn(store, chat, "lost with its failed commit")
+        assert not real.in_transaction, "the failed transaction was rolled back, not left open"
+        store._db = real
+        chat.messages.clear()
+        turn(store, chat, "kept")
+    with ChatStore(tmp_path) as store:
+        assert [m.content for m in store.load_chat(chat.chat_id).messages] == ["kept", ""]

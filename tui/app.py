@@ -231,17 +231,14 @@ class LlmChatApp(ChatActions, App):
         screen.chat_list.refresh_chat(session.chat_id)
         self.show_engine_panels()
         if session.chat_id == self.current_id:
-            if not screen.prompt.text.strip():
-                screen.prompt.set_message(text)
-            else:
-                self.drafts.setdefault(session.chat_id, text)
+            screen.prompt.set_message(merged_draft(text, screen.prompt.message_text()))
             screen.show_banner(session.banner)
             screen.panels.show_chat(session)
             self.show_header()
             await screen.transcript.show(session)
-        else:
-            self.drafts[session.chat_id] = text
-            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8)
+        else:  # back in that chat's draft, before whatever was typed there
+            self.drafts[session.chat_id] = merged_draft(text, self.drafts.get(session.chat_id, ""))
+            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8, markup=False)
 
     @on(SaveFailed)
     def show_save_failed(self, msg: SaveFailed) -> None:
@@ -312,6 +309,11 @@ class LlmChatApp(ChatActions, App):
 
     async def on_unmount(self) -> None:
         await self.shutdown()
+
+
+def merged_draft(refused: str, typed: str) -> str:
+    """A refused message goes back into the input box, before what the user typed meanwhile: nothing is lost."""
+    return f"{refused}\n\n{typed}" if typed.strip() else refused
 
 
 def run_app(args: argparse.Namespace) -> int:

@@ -25,8 +25,10 @@ class FakeBackend:
     """Replies with `reply` to every message; the prompt's ids are the conversation's ids + one id per
     character of the new message (so a test can check that the UI keeps exactly what the backend said)."""
 
-    def __init__(self, sink, reply: str = "Hello from the fake backend.", delay_s: float = 0.01) -> None:
+    def __init__(self, sink, reply: str = "Hello from the fake backend.", delay_s: float = 0.01,
+                 refuse_after_s: float | None = None) -> None:
         self.sink = sink
+        self.refuse_after_s = refuse_after_s  # not None: refuse every prompt after that long
         self.reply = reply
         self.delay_s = delay_s
         self.submitted: list[tuple[int, list[dict], list[int]]] = []
@@ -46,6 +48,12 @@ class FakeBackend:
 
     def _run(self, handle: FakeHandle, prompt: list[int], max_tokens: int) -> None:
         start = time.perf_counter()
+        if self.refuse_after_s is not None:  # as the engine refuses a prompt longer than the context
+            time.sleep(self.refuse_after_s)
+            metrics = RequestMetrics(len(prompt), 0, 0, float("nan"), float("nan"), float("nan"))
+            self.sink(handle, Finished(handle.request_id, FinishReason.ERROR, metrics, (), "",
+                                       f"the prompt has {len(prompt)} tokens but the model's context is 4"))
+            return
         self.sink(handle, Started(handle.request_id, tuple(prompt), 0))
         output: list[int] = []
         words = self.reply.split(" ")

@@ -58,3 +58,30 @@ async def test_a_turn_is_a_sequence_of_messages_and_the_ui_keeps_what_the_backen
         back = store.load_chat(chat.chat_id)
     assert back.token_ids == ids and [m.token_span for m in back.messages] == spans
     assert back.title == "What is the capital of France?"
+
+
+async def test_a_refused_message_comes_back_into_the_box_with_what_was_typed_meanwhile(tmp_path):
+    app, backends = fake_app(tmp_path, refuse_after_s=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.bridge.ready)
+        first = app.current
+        app.chat_screen.prompt.load_text("a message the backend refuses")
+        await press(pilot, "enter")
+        app.chat_screen.prompt.load_text("typed while it was queued")
+        await wait_for(pilot, lambda: not first.busy)
+        box = app.chat_screen.prompt.message_text()
+        assert "a message the backend refuses" in box and "typed while it was queued" in box
+        assert first.conversation.messages == []  # the turn was undone, in memory and on disk
+        # the same in a chat the user has left: the refused text waits in that chat's draft, switch or not
+        app.chat_screen.prompt.load_text("refused in the background")
+        await press(pilot, "enter")
+        await press(pilot, "ctrl+n")
+        second = app.current
+        assert second is not first
+        await wait_for(pilot, lambda: not first.busy)
+        await press(pilot, "ctrl+down")  # back to the first chat (the list is newest first)
+        await wait_for(pilot, lambda: app.current is first)
+        await wait_for(pilot, lambda: "refused in the background" in app.chat_screen.prompt.message_text())
+        await quit_app(pilot)
+    with ChatStore(tmp_path / "data", readonly=True) as store:
+        assert all(s.num_messages == 0 for s in store.list_chats())
