@@ -86,7 +86,7 @@ class EngineConfig:
     model: str | None = None  # None: the default model (SmolLM2-135M-Instruct)
     device: str = "cpu"
     dtype: str | None = None  # activations and KV cache; None: the device's default (cpu fp32, cuda bf16)
-    weight_dtype: str = "auto"  # weight storage; auto: bf16 on CPUs with AMX/AVX-512 BF16, else `dtype`
+    weight_dtype: str = "auto"  # weight storage; auto: `dtype`; "bfloat16" with fp32 activations is opt-in
     block_size: int = 16
     kv_cache_bytes: int | None = None  # None: a default that suits the device
     max_num_seqs: int = 16

@@ -34,7 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model_args.add_argument(
         "--weights", choices=("auto", "float32", "bfloat16"), default="auto",
-        help="weight format (default auto: bf16 on CPUs with AMX/AVX-512 BF16, else fp32; float32 is the reference)",
+        help="weight format (default auto = the compute dtype, fp32 on CPU, the reference; bfloat16: half the memory, "
+        "fast on AMX/AVX-512-BF16 CPUs, not bit-compatible)",
     )
     model_args.add_argument(
         "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
