@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from llmchat.core.config import EngineConfig
 from llmchat.core.engine import LLMEngine
 from llmchat.core.events import Finished, TextDelta
-from llmchat.core.loader import load_model
+from llmchat.core.loader import load_model_for
 from llmchat.core.metrics import RequestMetrics
 from llmchat.core.prompt import prompt_ids_for
 from llmchat.core.sampling import SamplingParams
@@ -47,12 +47,14 @@ def ask_stream(
     model: str | None = None,
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
+    weight_dtype: str | None = None,
 ) -> AskStream:
     """Load the model and set up one request on an engine sized for it; iterate the result for the reply."""
-    loaded = load_model(model, device=device or "cpu", progress=progress)
+    config = EngineConfig(model=model, device=device or "cpu", max_num_seqs=1, weight_dtype=weight_dtype or "auto")
+    loaded = load_model_for(config, progress=progress)
     prompt_ids = prompt_ids_for(loaded.tokenizer, chat_messages(question, system))
-    element_size = loaded.model.embed_tokens.weight.element_size()
+    element_size = loaded.model.dtype.itemsize
     num_tokens = min(len(prompt_ids) + params.max_tokens, loaded.config.max_position_embeddings) + 16
     kv_bytes = loaded.config.kv_bytes_per_token(element_size) * num_tokens  # one request: no more KV than it can use
-    engine = LLMEngine(loaded, EngineConfig(max_num_seqs=1, kv_cache_bytes=kv_bytes))
+    engine = LLMEngine(loaded, dataclasses.replace(config, kv_cache_bytes=kv_bytes))
     return AskStream(engine, prompt_ids, params, loaded.load_seconds)

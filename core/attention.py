@@ -23,11 +23,11 @@ class AttentionMetadata:
 class PagedKV:
     """KVContext over the paged cache: store the new K/V through slot_mapping, then attend via block tables."""
 
-    def __init__(self, cache: PagedKVCache, meta: AttentionMetadata, scale: float, backend: str | None = None):
+    def __init__(self, cache: PagedKVCache, meta: AttentionMetadata, scale: float, backend: str):
         self.cache = cache
         self.meta = meta
         self.scale = scale
-        self.backend = backend
+        self.backend = backend  # resolved ("torch" or "triton"): the model's norms and RoPE use it too
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         m = self.meta

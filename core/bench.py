@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +23,29 @@ from llmchat.core.events import Finished
 from llmchat.core.loader import LoadedModel
 from llmchat.core.sampling import SamplingParams
 
-SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch")
+SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory")
+# A fresh process per memory figure (max RSS is a per-process high-water mark): `ask` sizes its KV cache to one
+# request; the app-like setup takes the default engine config (default KV budget) and runs one turn.
+_MEMORY_SCRIPT = """
+import resource, sys
+from llmchat.core.ask import ask_stream
+from llmchat.core.config import EngineConfig
+from llmchat.core.engine import LLMEngine
+from llmchat.core.loader import load_model_for
+from llmchat.core.sampling import SamplingParams
+kind, model, weights = sys.argv[1], sys.argv[2] or None, sys.argv[3]
+params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+if kind == "ask":
+    "".join(ask_stream("hi", params, model=model, weight_dtype=weights))
+else:
+    config = EngineConfig(model=model, weight_dtype=weights)
+    loaded = load_model_for(config)
+    engine = LLMEngine(loaded, config)
+    engine.add_request(loaded.tokenizer.encode_chat([{"role": "user", "content": "hi"}]), params)
+    while engine.has_work:
+        engine.step()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
 WORDS = (
     "the quick brown fox jumps over a lazy dog while engineers measure caches blocks tokens and latency "
     "on small machines with two cores where memory bandwidth decides how fast every decode step can go"
@@ -72,6 +96,18 @@ class Results:
         with open(path, "w") as f:
             for r in self.rows:
                 f.write(json.dumps(r) + "\n")
+
+
+def cpu_description() -> str:
+    """The CPU model and the flags that decide the fast paths (from /proc/cpuinfo; 'unknown' elsewhere)."""
+    try:
+        info = open("/proc/cpuinfo").read().splitlines()
+    except OSError:
+        return "unknown"
+    model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "unknown")
+    flags = set(next((line.split(":", 1)[1].split() for line in info if line.startswith("flags")), []))
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
+    return f"{model} [{' '.join(f for f in wanted if f in flags) or 'no avx2'}]"
 
 
 def filler_text(num_tokens: int, salt: int) -> str:
@@ -130,6 +166,7 @@ class Bench:
         return self.salt
 
     def run(self, scenarios: tuple[str, ...]) -> Results:
+        self.log(f"cpu: {cpu_description()}; weights {self.loaded.weight_dtype}, activations {self.loaded.dtype}")
         # warm-up: first calls pay one-time costs (oneDNN primitives, allocator growth)
         run_all(self.engine(), [(prompt_of_length(self.loaded, n, 0), fixed(4)) for n in (16, 64)])
         for name in scenarios:
@@ -153,6 +190,13 @@ class Bench:
                 (r,), _ = run_all(self.engine(), [(prompt_of_length(self.loaded, ctx, self.next_salt()), fixed(n_out))])
                 tpots.append(r.metrics.tpot * 1e3)
             self.results.add("decode", f"context={ctx}", "tpot", tpots, "ms")
+            # a decode step reads every weight once (packed copy where there is one), plus the K/V so far
+            weight_mb = self.loaded.model.weight_bytes() / 1e6
+            kv_mb = self.loaded.config.kv_bytes_per_token(self.loaded.model.dtype.itemsize) * (ctx + n_out / 2) / 1e6
+            self.results.add("decode", f"context={ctx}", "weight_bytes_per_token", [weight_mb], "MB")
+            self.results.add("decode", f"context={ctx}", "kv_bytes_per_token", [kv_mb], "MB")
+            self.results.add("decode", f"context={ctx}", "achieved_bandwidth",
+                             [(weight_mb + kv_mb) / t for t in tpots], "GB/s")
         ctx = self.size.decode_contexts[0]  # the dense reference (contiguous cache, no batching) at short context
         tpots = []
         for _ in range(self.size.repeats):
@@ -191,6 +235,15 @@ class Bench:
             self.results.add("concurrent", f"chats={n}", "aggregate_tokens_per_s", agg, "tok/s")
             self.results.add("concurrent", f"chats={n}", "per_chat_tokens_per_s", per_chat, "tok/s")
             self.results.add("concurrent", f"chats={n}", "tpot", tpot, "ms")
+
+    def memory(self) -> None:
+        """Max RSS of a fresh process: `ask "hi"` (16 tokens) and the app-like engine (default KV budget)."""
+        for kind in ("ask", "app-engine"):
+            out = subprocess.run(
+                [sys.executable, "-c", _MEMORY_SCRIPT, kind, self.config.model or "", self.config.weight_dtype],
+                capture_output=True, text=True, check=True,
+            ).stdout
+            self.results.add("memory", kind, "max_rss", [int(out.split()[-1]) / 1e3], "MB")
 
     def switch(self) -> None:
         """4 chats with long histories take turns; all stay resident in the KV cache, so each turn

@@ -85,13 +85,14 @@ class EngineConfig:
 
     model: str | None = None  # None: the default model (SmolLM2-135M-Instruct)
     device: str = "cpu"
-    dtype: str = "float32"
+    dtype: str | None = None  # activations and KV cache; None: the device's default (cpu fp32, cuda bf16)
+    weight_dtype: str = "auto"  # weight storage; auto: `dtype`; "bfloat16" with fp32 activations is opt-in
     block_size: int = 16
     kv_cache_bytes: int | None = None  # None: a default that suits the device
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     enable_prefix_caching: bool = True
-    kernel_backend: str | None = None  # None: triton on CUDA, torch otherwise
+    kernel_backend: str | None = None  # None: triton on CUDA, torch otherwise (resolved once, by the runner)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):

@@ -11,14 +11,16 @@ from torch.nn import functional as F
 
 from llmchat.core.model import Transformer
 from llmchat.core.sampling import SamplingParams, sample
+from llmchat.kernels import ops
 
 
 class DenseKV:
     """Contiguous K/V per layer for one sequence: `[max_len, num_kv_heads, head_dim]`."""
 
-    def __init__(self, model: Transformer, max_len: int) -> None:
+    def __init__(self, model: Transformer, max_len: int, backend: str | None = None) -> None:
         cfg = model.config
-        dtype, device = model.embed_tokens.weight.dtype, model.embed_tokens.weight.device
+        dtype, device = model.dtype, model.device
+        self.backend = ops.resolve_backend(backend, device)  # for the model's norms and RoPE
         shape = (max_len, cfg.num_key_value_heads, cfg.head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
@@ -50,7 +52,7 @@ def generate_dense(
     max_len = min(len(prompt_ids) + params.max_tokens, model.config.max_position_embeddings)
     if len(prompt_ids) >= max_len:
         raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {max_len}")
-    device = model.embed_tokens.weight.device
+    device = model.device
     kv = DenseKV(model, max_len)
     generator = params.make_generator()
     input_ids = torch.tensor(prompt_ids, device=device)

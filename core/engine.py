@@ -43,10 +43,12 @@ class LLMEngine:
         self.config = config
         self.tokenizer = loaded.tokenizer
         model = loaded.model
-        weight = model.embed_tokens.weight
-        kv_bytes = config.kv_cache_bytes or default_kv_cache_bytes(str(weight.device))
-        self.kv_cache = PagedKVCache(loaded.config, config.block_size, kv_bytes, weight.dtype, weight.device)
-        dtype_name = str(weight.dtype).removeprefix("torch.")
+        if config.dtype is not None and config.dtype != loaded.dtype:
+            raise ValueError(f"the engine is configured for {config.dtype} but the model was loaded in "
+                             f"{loaded.dtype}; load it with the config's dtype (core/loader.load_model_for)")
+        kv_bytes = config.kv_cache_bytes or default_kv_cache_bytes(str(model.device))
+        self.kv_cache = PagedKVCache(loaded.config, config.block_size, kv_bytes, model.dtype, model.device)
+        dtype_name = f"{loaded.dtype}|{loaded.weight_dtype}"
         self.block_manager = BlockManager(
             self.kv_cache.num_blocks, config.block_size, config.enable_prefix_caching,
             model_fingerprint(loaded, dtype_name),
@@ -54,7 +56,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)
         self.max_context = loaded.config.max_position_embeddings
-        self.weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.weight_bytes = model.weight_bytes()
         self.window = StatsWindow()
         self._ids = itertools.count(1)
         self._seqs: dict[int, Sequence] = {}

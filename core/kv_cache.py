@@ -26,5 +26,8 @@ class PagedKVCache:
             )
         self.block_size = block_size
         shape = (self.num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        # torch.empty, not zeros: the budget is a ceiling, pages become resident only when written. Stale
+        # slots may hold anything (NaN included); every attention path masks by context length and zeroes
+        # what it gathers past it, so garbage never reaches an output (tests poison the cache with NaN).
+        self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]

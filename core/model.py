@@ -6,6 +6,7 @@ the same model runs on a dense per-sequence cache (core/dense.py) or the paged c
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import torch
@@ -18,7 +19,10 @@ from llmchat.kernels.linear import linear, prepack_linear_weight
 
 
 class KVContext(Protocol):
-    """Where a layer's K/V go and how its attention reads them back."""
+    """Where a layer's K/V go and how its attention reads them back, and which kernel backend every op of
+    this forward uses (resolved once by whoever builds the context: "torch" or "triton")."""
+
+    backend: str
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q `[num_tokens, num_q_heads, head_dim]`, k/v `[num_tokens, num_kv_heads, head_dim]` (RoPE applied);
@@ -27,30 +31,41 @@ class KVContext(Protocol):
 
 
 class Linear(nn.Module):
-    """y = x W^T + b, whose weight can be prepacked once for the CPU fast path (kernels/linear.py).
+    """y = x W^T + b. The weight may be stored in another dtype than the activations (bf16 weights, fp32
+    activations); prepack() reorders it once for oneDNN where that pays (kernels/linear.py) and then drops
+    the plain copy, so one copy of every weight stays in memory.
 
     Weights start uninitialized (torch.empty): they are loaded, or set by init_random_weights in tests."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = False,
+                 weight_dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=weight_dtype))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
         self.packed: torch.Tensor | None = None
 
     def prepack(self) -> None:
-        self.packed = prepack_linear_weight(self.weight)
+        if self.weight is None:
+            return
+        self.packed = prepack_linear_weight(self.weight.data)
+        if self.packed is not None:
+            self.weight = None  # the packed copy is the only one kept
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return linear(x, self.weight, self.bias, self.packed)
 
 
 class Embedding(nn.Module):
-    def __init__(self, num_embeddings: int, dim: int) -> None:
+    """A table in the weight dtype; rows come out in the activation dtype."""
+
+    def __init__(self, num_embeddings: int, dim: int, weight_dtype: torch.dtype | None, dtype: torch.dtype) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(num_embeddings, dim))
+        self.weight = nn.Parameter(torch.empty(num_embeddings, dim, dtype=weight_dtype))
+        self.dtype = dtype
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.weight)
+        return F.embedding(ids, self.weight).to(self.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -59,12 +74,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        return ops.rms_norm(x, self.weight, self.eps, residual)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, backend: str):
+        return ops.rms_norm(x, self.weight, self.eps, residual, backend=backend)
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer_idx: int, weight_dtype: torch.dtype | None) -> None:
         super().__init__()
         self.layer_idx = layer_idx
         self.num_heads = cfg.num_attention_heads
@@ -73,8 +88,8 @@ class Attention(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         # q, k and v projections fused into one matmul (rows: q, then k, then v)
-        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
-        self.o_proj = Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, cfg.attention_bias, weight_dtype)
+        self.o_proj = Linear(self.q_size, cfg.hidden_size, False, weight_dtype)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, kv: KVContext) -> torch.Tensor:
         num_tokens = x.shape[0]
@@ -83,17 +98,17 @@ class Attention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        q, k = ops.rope(q, k, positions, cos_sin)
+        q, k = ops.rope(q, k, positions, cos_sin, backend=kv.backend)
         out = kv.attend(self.layer_idx, q, k, v)  # [num_tokens, num_heads, head_dim]
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, weight_dtype: torch.dtype | None) -> None:
         super().__init__()
         self.intermediate_size = cfg.intermediate_size
-        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # gate rows, then up
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, weight_dtype)  # gate, up
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, weight_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -101,34 +116,46 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+    def __init__(self, cfg: ModelConfig, layer_idx: int, weight_dtype: torch.dtype | None) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer_idx)
+        self.self_attn = Attention(cfg, layer_idx, weight_dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, weight_dtype)
 
     def forward(self, x, residual, positions, cos_sin, kv: KVContext):
         if residual is None:
             residual = x
-            h = self.input_layernorm(x)
+            h = self.input_layernorm(x, None, kv.backend)
         else:
-            h, residual = self.input_layernorm(x, residual)
+            h, residual = self.input_layernorm(x, residual, kv.backend)
         h = self.self_attn(h, positions, cos_sin, kv)
-        h, residual = self.post_attention_layernorm(h, residual)
+        h, residual = self.post_attention_layernorm(h, residual, kv.backend)
         return self.mlp(h), residual
 
 
 class Transformer(nn.Module):
-    """forward(input_ids, positions, kv) -> final hidden states; compute_logits(hidden) -> logits."""
+    """forward(input_ids, positions, kv) -> final hidden states; compute_logits(hidden) -> logits.
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    `dtype` is the activation (and KV cache) dtype; `weight_dtype` the storage of the projection and
+    embedding weights (the same by default; bf16 weights with fp32 activations is the CPU fast format)."""
+
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype = torch.float32,
+                 weight_dtype: torch.dtype | None = None) -> None:
         super().__init__()
+        weight_dtype = weight_dtype or dtype
         self.config = cfg
-        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.dtype = dtype
+        self.weight_dtype = weight_dtype
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, weight_dtype, dtype)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, weight_dtype) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, False, weight_dtype)
+        for module in self.modules():  # norms and biases live in the activation dtype
+            if isinstance(module, RMSNorm):
+                module.weight.data = module.weight.data.to(dtype)
+            elif isinstance(module, Linear) and module.bias is not None:
+                module.bias.data = module.bias.data.to(dtype)
         self.tied_head_packed: torch.Tensor | None = None
         self.cos_sin_cache = torch.empty(0)  # set by build_model: [max_positions, head_dim], fp32
 
@@ -137,8 +164,27 @@ class Transformer(nn.Module):
         residual = None
         for layer in self.layers:
             x, residual = layer(x, residual, positions, self.cos_sin_cache, kv)
-        x, _ = self.norm(x, residual)
+        x, _ = self.norm(x, residual, kv.backend)
         return x
+
+    @property
+    def device(self) -> torch.device:
+        return self.cos_sin_cache.device
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one forward reads (each projection once, the packed copy where there is one;
+        the embedding table is only gathered from, so a tied head counts once as the head)."""
+        total = 0
+        for module in self.modules():
+            if isinstance(module, Linear):
+                t = module.packed if module.packed is not None else module.weight
+                total += module.in_features * module.out_features * t.element_size()
+            elif isinstance(module, RMSNorm):
+                total += module.weight.numel() * module.weight.element_size()
+        w = self.embed_tokens.weight
+        if self.lm_head is None:
+            total += w.numel() * w.element_size()
+        return total
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is not None:
@@ -158,7 +204,9 @@ class Transformer(nn.Module):
                 param.uniform_(-bound, bound, generator=generator)
 
     def prepack(self) -> None:
-        """Reorder every projection weight once for the CPU fast path (a no-op where it does not apply)."""
+        """Reorder every projection weight once for the CPU fast path (a no-op where it does not apply);
+        a packed projection keeps no plain copy. The tied head packs a copy of the embedding table, which
+        the lookup still needs."""
         for module in self.modules():
             if isinstance(module, Linear):
                 module.prepack()
@@ -201,10 +249,12 @@ class Transformer(nn.Module):
             raise ValueError(f"checkpoint lacks {sorted(missing)[0]!r} (and {len(missing) - 1} more)")
 
 
-def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor] | None, dtype=torch.float32, device="cpu") -> Transformer:
-    """A model on `device` in `dtype`; random init when `state` is None (tests), else loaded from `state`."""
+def build_model(cfg: ModelConfig, state: Mapping[str, torch.Tensor] | None, dtype=torch.float32, device="cpu",
+                weight_dtype: torch.dtype | None = None) -> Transformer:
+    """A model on `device` with activations in `dtype` and weights in `weight_dtype` (default: `dtype`);
+    random init when `state` is None (tests), else loaded from `state` (read one tensor at a time)."""
     with torch.device(device):
-        model = Transformer(cfg).to(dtype)  # uninitialized storage: no time spent on an init that is overwritten
+        model = Transformer(cfg, dtype, weight_dtype)  # uninitialized storage: the init would be overwritten
     if state is None:
         model.init_random_weights()
     else:
@@ -212,5 +262,5 @@ def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor] | None, dtype=t
     cos_sin = ops.rope_cos_sin_cache(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)
     model.cos_sin_cache = cos_sin.to(device)  # [max_positions, head_dim], fp32 whatever the model dtype
     model.eval().requires_grad_(False)
-    model.prepack()
+    model.prepack()  # after this, a packed projection holds no plain weight
     return model

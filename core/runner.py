@@ -8,6 +8,7 @@ from llmchat.core.kv_cache import PagedKVCache
 from llmchat.core.model import Transformer
 from llmchat.core.sampling import sample
 from llmchat.core.scheduler import ScheduledBatch
+from llmchat.kernels import ops
 
 
 class ModelRunner:
@@ -15,9 +16,9 @@ class ModelRunner:
         self.model = model
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
-        self.device = model.embed_tokens.weight.device
+        self.device = model.device
         self.scale = model.config.head_dim**-0.5
-        self.kernel_backend = kernel_backend
+        self.kernel_backend = ops.resolve_backend(kernel_backend, self.device)  # once, for every op
 
     def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
         """Inputs for one step, and the index of each sampling sequence's last token (-1: still prefilling)."""

@@ -27,3 +27,23 @@ def test_bench_quick_writes_named_measurements(default_model_dir, tmp_path):
 def test_bench_rejects_unknown_scenario():
     result = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "bench", "nope"], capture_output=True, text=True)
     assert result.returncode == 2 and "unknown scenario" in result.stderr
+
+
+def test_bench_decode_reports_bandwidth_and_memory_reports_rss(default_model_dir, tmp_path):
+    out = tmp_path / "bench.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "llmchat.tui.cli", "bench", "decode", "memory", "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "cpu: " in result.stderr
+    rows = {(r["scenario"], r["variant"], r["metric"]): r for r in map(json.loads, out.read_text().splitlines())}
+    weight = rows[("decode", "context=40", "weight_bytes_per_token")]
+    assert weight["unit"] == "MB" and 400 < weight["value"] < 700  # fp32 SmolLM2-135M: ~540 MB
+    tpot = rows[("decode", "context=40", "tpot")]["value"]
+    bandwidth = rows[("decode", "context=40", "achieved_bandwidth")]["value"]
+    kv = rows[("decode", "context=40", "kv_bytes_per_token")]["value"]
+    assert abs(bandwidth - (weight["value"] + kv) / tpot) <= 0.05 * bandwidth  # GB/s = MB / ms
+    for kind in ("ask", "app-engine"):
+        rss = rows[("memory", kind, "max_rss")]
+        assert rss["unit"] == "MB" and 200 < rss["value"] < 4000

@@ -33,7 +33,7 @@ KV_BYTES_PER_BLOCK_SMOLLM = 46080 * 16
 
 @pytest.fixture(scope="module")
 def real_model(default_model_dir):
-    return load_model(default_model_dir)
+    return load_model(default_model_dir, weight_dtype="float32")  # the reference format, for exactness
 
 
 def run_to_end(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]]) -> list[Finished]:

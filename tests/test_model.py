@@ -22,7 +22,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def ours(default_model_dir):
-    return load_model(default_model_dir)
+    return load_model(default_model_dir, weight_dtype="float32")  # the reference format, for exactness
 
 
 @pytest.fixture(scope="module")

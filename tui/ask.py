@@ -22,7 +22,8 @@ def run_ask(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress)
+    stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
+                        weight_dtype=getattr(args, "weights", None))
     for delta in stream:
         sys.stdout.write(delta)
         sys.stdout.flush()

@@ -12,7 +12,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
         return kernels_bench([] if not args.json else ["--json", args.json]) or 0
     from llmchat.core.bench import FULL, QUICK, SCENARIOS, Bench
-    from llmchat.core.loader import load_model
+    from llmchat.core.loader import load_model_for
 
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown:
@@ -23,14 +23,15 @@ def run_bench(args: argparse.Namespace) -> int:
             raise ValueError("--repeats must be at least 1")
         size = dataclasses.replace(size, repeats=args.repeats)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    loaded = load_model(args.model, device=args.device or "cpu", progress=log)
+    from llmchat.tui.cli import engine_config
+
+    config = engine_config(args, model=args.model)
+    loaded = load_model_for(config, progress=log)
     import torch
 
     log(f"model {loaded.folder.name}: {loaded.config.num_hidden_layers} layers, device {args.device or 'cpu'}, "
         f"{torch.get_num_threads()} threads, {size.repeats} repeat(s); medians below")
-    from llmchat.tui.cli import engine_config
-
-    results = Bench(loaded, size, log, engine_config(args)).run(tuple(args.scenarios) or SCENARIOS)
+    results = Bench(loaded, size, log, config).run(tuple(args.scenarios) or SCENARIOS)
     print(results.table())
     if args.json:
         results.write_json(args.json)

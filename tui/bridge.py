@@ -43,11 +43,11 @@ def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactor
     def factory(progress: Callable[[str], None], sink: Sink) -> Backend:
         from llmchat.core.config import EngineConfig
         from llmchat.core.engine import LLMEngine
-        from llmchat.core.loader import load_model
+        from llmchat.core.loader import load_model_for
         from llmchat.core.service import EngineService
 
         cfg = config or EngineConfig(max_num_seqs=DEFAULT_MAX_NUM_SEQS)
-        loaded = load_model(cfg.model, device=cfg.device, progress=progress)
+        loaded = load_model_for(cfg, progress=progress)
         progress("starting the engine (allocating the KV cache)")
         return EngineService(LLMEngine(loaded, cfg), sink, model_label(cfg.model))
 

@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-cache-gb", type=float, default=None, help="KV cache budget in GB (default: 1 on CPU, 8 on CUDA)"
     )
     model_args.add_argument(
+        "--weights", choices=("auto", "float32", "bfloat16"), default="auto",
+        help="weight format (default auto = the compute dtype, fp32 on CPU, the reference; bfloat16: half the memory, "
+        "fast on AMX/AVX-512-BF16 CPUs, not bit-compatible)",
+    )
+    model_args.add_argument(
         "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
     )
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -82,6 +87,7 @@ def engine_config(args: argparse.Namespace, **overrides):
         device=getattr(args, "device", None) or "cpu",
         kv_cache_bytes=None if kv_gb is None else int(kv_gb * 1e9),
         enable_prefix_caching=not getattr(args, "no_prefix_cache", False),
+        weight_dtype=getattr(args, "weights", None) or "auto",
         **overrides,
     )
 

@@ -1,4 +1,4 @@
-"""The prepacked CPU linear against the plain matmul, on fresh random inputs of every batch size the engine uses."""
+"""The CPU linear paths against the plain fp64 matmul, on fresh random inputs of every batch size the engine uses."""
 import pytest
 import torch
 
@@ -7,21 +7,37 @@ from llmchat.kernels.linear import can_prepack, linear, linear_ref, prepack_line
 
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(96, 64), (200, 48), (64, 130)])
-def test_packed_linear_matches_reference(shape, bias):
+def test_packed_bf16_linear_matches_reference(shape, bias):
+    """bf16 weights, fp32 activations: the packed oneDNN path equals the reference on the same bf16-rounded
+    operands, up to the bf16 rounding of its output."""
     out_features, in_features = shape
-    weight = torch.randn(out_features, in_features)
+    weight = torch.randn(out_features, in_features).bfloat16()
+    if not can_prepack(weight):
+        pytest.skip("no native bf16 matmul on this CPU (AMX / AVX-512 BF16)")
     b = torch.randn(out_features) if bias else None
     packed = prepack_linear_weight(weight)
-    if not can_prepack(weight):
-        pytest.skip("oneDNN prepacking is not available in this torch build")
+    assert packed is not None
     for num_rows in (1, 2, 3, 4, 7, 8, 9, 33, 130):
         x = torch.randn(num_rows, in_features)
-        got = linear(x, weight, b, packed)
-        expected = linear_ref(x.double(), weight.double(), None if b is None else b.double()).float()
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        got = linear(x, None, b, packed)
+        assert got.dtype == torch.float32 and got.shape == (num_rows, out_features)
+        xb = x.bfloat16().double()  # the operands the kernel sees
+        product = linear_ref(xb, weight.double())  # rounded to bf16 by the kernel, before the bias is added
+        expected = product + (0 if b is None else b.double())
+        err = (got.double() - expected).abs()
+        bound = 2**-8 * product.abs() + 2**-16 * (xb.abs() @ weight.double().abs().T) + 1e-6
+        assert bool((err <= bound).all()), err.max()
 
 
-def test_unpacked_falls_back_to_plain_linear():
+def test_fp32_is_never_packed_and_stays_exact():
     weight, x = torch.randn(10, 6), torch.randn(3, 6)
+    assert prepack_linear_weight(weight) is None  # the fp32 reference format keeps its plain weight
     torch.testing.assert_close(linear(x, weight, None, None), linear_ref(x, weight))
-    assert prepack_linear_weight(weight.half()) is None  # only fp32 CPU weights are packed
+    assert prepack_linear_weight(weight.half()) is None
+
+
+def test_unpacked_bf16_weight_computes_in_bf16_and_returns_activation_dtype():
+    weight, x = torch.randn(10, 6).bfloat16(), torch.randn(3, 6)
+    got = linear(x, weight, None, None)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, linear_ref(x.bfloat16().float(), weight.float()), rtol=1e-2, atol=1e-2)
