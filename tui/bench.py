@@ -25,7 +25,7 @@ def run_bench(args: argparse.Namespace) -> int:
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     from llmchat.tui.cli import engine_config
 
-    config = engine_config(args, model=args.model)
+    config = engine_config(args)
     loaded = load_model_for(config, progress=log)
     import torch
 
