@@ -38,8 +38,9 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         assert app.chat_screen.prompt.text == ""  # the input is cleared once the message is sent
 
         await press(pilot, "ctrl+n")
+        await wait_for(pilot, lambda: app.current is not first)  # the new chat is open
         second = app.current
-        assert second is not first and second.settings == first.settings  # a new chat inherits the settings
+        assert second.settings == first.settings  # a new chat inherits the settings
         set_settings(app, second, ChatSettings(None, 0.0, 1.0, 200))
         await send(pilot, "And a short one")
         await wait_for(pilot, lambda: streaming(second) and streaming(first, 10))
@@ -87,6 +88,7 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
 
         # a third chat, then delete it: n keeps it, y deletes it
         await press(pilot, "ctrl+n")
+        await wait_for(pilot, lambda: app.current not in (first, second))  # the new chat is open
         third = app.current
         await send(pilot, "to be deleted")
         await wait_for(pilot, lambda: streaming(third, 1))
