@@ -19,7 +19,10 @@ from gguf import GGMLQuantizationType as Q
 from safetensors.torch import save_file
 
 from llmchat.core import weights
-from llmchat.core.weights import ModelLoadError, load_checkpoint, resolve_model
+from llmchat.core.checkpoint import expected_tensor_shapes, load_checkpoint
+from llmchat.core.config import ModelConfig
+from llmchat.core.gguf_convert import unpermute_qk
+from llmchat.core.weights import ModelLoadError, resolve_model
 
 HIDDEN, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, FFN, NUM_LAYERS = 32, 4, 2, 8, 64, 2
 CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
@@ -229,8 +232,8 @@ def test_qk_unpermutation_makes_rotate_half_rope_match_llama_cpp(tmp_path: Path)
 
 def test_unpermute_inverts_llama_cpp_permute() -> None:
     w = np.random.default_rng(0).standard_normal((3 * 64, 40)).astype(np.float32)
-    np.testing.assert_array_equal(weights.unpermute_qk(llama_cpp_permute(w, 3), 3), w)
-    np.testing.assert_array_equal(weights.unpermute_qk(llama_cpp_permute(w[:, 0], 3), 3), w[:, 0])  # a bias
+    np.testing.assert_array_equal(unpermute_qk(llama_cpp_permute(w, 3), 3), w)
+    np.testing.assert_array_equal(unpermute_qk(llama_cpp_permute(w[:, 0], 3), 3), w[:, 0])  # a bias
 
 
 # ---------------------------------------------------------------------------------------------- the cache
@@ -409,7 +412,7 @@ def write_hf_folder(folder: Path, *, arch: str = "Qwen2ForCausalLM", tied: bool 
     (folder / "tokenizer.json").write_text("{}")
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
     gen = torch.Generator().manual_seed(seed)
-    shapes = weights.expected_tensor_shapes(weights.ModelConfig.from_hf_dict(config))
+    shapes = expected_tensor_shapes(ModelConfig.from_hf_dict(config))
     tensors = {name: torch.randn(shape, generator=gen).to(dtype) for name, shape in shapes.items()}
     names = sorted(tensors)
     half = len(names) // 2  # sharded, as bigger checkpoints are
