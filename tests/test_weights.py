@@ -502,3 +502,154 @@ def test_default_model_converts_cold_and_loads_warm(default_gguf: Path, cache: P
     assert config.rope_theta == 100000.0 and config.tie_word_embeddings and config.eos_token_ids == (2,)
     assert "lm_head.weight" not in tensors and len(tensors) == 2 + 30 * 9
     assert warm < 1.0
+
+
+# ------------------------------------------------------------------------------- the cache is verified on load
+
+from llmchat.core import weight_cache  # noqa: E402
+
+
+def assert_weights_are(folder: Path, expected: dict[str, np.ndarray]) -> None:
+    _, tensors = load_checkpoint(folder)
+    assert set(tensors) == set(expected)
+    for name, want in expected.items():
+        np.testing.assert_allclose(tensors[name].numpy(), want, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def flip_last_byte(path: Path, keep_mtime: bool) -> None:
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x40  # inside the last tensor's data: the header still parses
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True])
+def test_a_flipped_byte_in_the_converted_weights_is_caught_and_reconverted(tmp_path: Path, keep_mtime: bool) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    folder = resolve_model(gguf_path)
+    flip_last_byte(folder / "model.safetensors", keep_mtime)
+    lines: list[str] = []
+    assert resolve_model(gguf_path, progress=lines.append) == folder
+    assert any("does not match the checksum" in line and "converting it again" in line for line in lines), lines
+    assert_weights_are(folder, expected)
+    lines.clear()
+    assert resolve_model(gguf_path, progress=lines.append) == folder and lines == []  # healed: quiet again
+
+
+def test_a_truncated_converted_file_is_reconverted(tmp_path: Path) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    folder = resolve_model(gguf_path)
+    weights_file = folder / "model.safetensors"
+    with open(weights_file, "r+b") as f:
+        f.truncate(weights_file.stat().st_size // 2)
+    lines: list[str] = []
+    assert resolve_model(gguf_path, progress=lines.append) == folder
+    assert any("truncated" in line for line in lines), lines
+    assert_weights_are(folder, expected)
+    config = folder / "config.json"  # a small file edited by hand is caught too
+    config.write_text(config.read_text().replace('"rope_theta": 50000.0', '"rope_theta": 50001.0'))
+    lines.clear()
+    resolve_model(gguf_path, progress=lines.append)
+    assert any("config.json" in line for line in lines) and "50000.0" in config.read_text()
+
+
+def test_a_same_size_same_mtime_replacement_gguf_is_converted_afresh(tmp_path: Path) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(gguf_path, seed=0)
+    first = resolve_model(gguf_path)
+    st = gguf_path.stat()
+    replacement = write_tiny_gguf(tmp_path / "other.gguf", seed=7)
+    assert (tmp_path / "other.gguf").stat().st_size == st.st_size
+    gguf_path.write_bytes((tmp_path / "other.gguf").read_bytes())  # same inode, same size
+    os.utime(gguf_path, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old mtime
+    second = resolve_model(gguf_path)
+    assert second != first and second.name == hashlib.sha256(gguf_path.read_bytes()).hexdigest()[:16]
+    assert_weights_are(second, replacement)
+
+
+def test_warm_resolve_hashes_no_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(gguf_path)
+    resolve_model(gguf_path)
+    hashed: list[str] = []
+    real = weight_cache.file_sha256
+    monkeypatch.setattr(weight_cache, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    resolve_model(gguf_path)
+    assert "model.safetensors" not in hashed and gguf_path.name not in hashed
+
+
+def test_an_entry_from_before_manifests_is_adopted_or_replaced(tmp_path: Path) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    folder = resolve_model(gguf_path)
+    for name in ("manifest.json", "verified.json"):  # what the previous release wrote
+        (folder / name).unlink()
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model(gguf_path) == folder and (folder / "manifest.json").is_file()
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # adopted, not rewritten
+    (folder / "manifest.json").unlink()
+    with open(folder / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    assert resolve_model(gguf_path) == folder
+    assert_weights_are(folder, expected)
+
+
+def test_data_is_fsynced_before_the_entry_is_renamed_into_place(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, str]] = []
+    real_fsync, real_rename = os.fsync, os.rename
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+                        or real_fsync(fd))
+    monkeypatch.setattr(os, "rename", lambda a, b: events.append(("rename", str(b))) or real_rename(a, b))
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    folder = resolve_model(tmp_path / "tiny.gguf")
+    rename = events.index(("rename", str(folder)))
+    synced = {Path(p).name for kind, p in events[:rename] if kind == "fsync"}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= synced
+    assert any(name.endswith("manifest.json") for name in synced)  # fsynced under its temp name, then replaced
+    assert ("fsync", str(folder.parent)) in events[rename:]  # the rename itself is made durable
+
+
+KILLED_CONVERTER = """
+import sys, time
+from pathlib import Path
+from llmchat.core import weight_cache
+real = weight_cache.write_json_atomic
+def slow(path, data):
+    real(path, data)
+    if path.name == "manifest.json":
+        print("written", flush=True)
+        time.sleep(600)
+weight_cache.write_json_atomic = slow
+from llmchat.core.weights import resolve_model
+resolve_model(Path(sys.argv[1]))
+"""
+
+
+def test_kill_9_during_conversion_leaves_no_temp_folder_for_long(tmp_path: Path, cache: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_CONVERTER, str(gguf_path)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "LLMCHAT_CACHE_DIR": str(cache)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "written"
+        temps = [p for p in (cache / "converted").iterdir() if p.name.startswith(".tmp-convert-")]
+        assert len(temps) == 1 and (temps[0] / "model.safetensors").is_file()
+        keep = cache / "converted" / f".tmp-convert-{os.getpid()}-alive"  # a live process's temp dir stays
+        keep.mkdir()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    folder = resolve_model(gguf_path)
+    leftovers = sorted(p.name for p in (cache / "converted").iterdir() if p.name.startswith(".tmp"))
+    assert leftovers == [keep.name]
+    assert_weights_are(folder, expected)
