@@ -653,3 +653,92 @@ def test_kill_9_during_conversion_leaves_no_temp_folder_for_long(tmp_path: Path,
     leftovers = sorted(p.name for p in (cache / "converted").iterdir() if p.name.startswith(".tmp"))
     assert leftovers == [keep.name]
     assert_weights_are(folder, expected)
+
+
+# ------------------------------------------------------------------------------------ hostile GGUF metadata
+
+
+def patch_metadata(path: Path, key: str, fmt: str, value: int) -> None:
+    """Overwrite the value stored right after metadata `key` (its type tag kept) in a GGUF written above."""
+    data = bytearray(path.read_bytes())
+    encoded = len(key).to_bytes(8, "little") + key.encode()
+    at = data.index(encoded) + len(encoded) + 4  # skip the key and its u32 type tag
+    if fmt == "array-count":  # an array: u32 item type, then the u64 count
+        at += 4
+        fmt = "<Q"
+    size = np.dtype(fmt).itemsize if fmt != "<Q" else 8
+    data[at:at + size] = np.array([value], dtype=np.uint64 if fmt == "<Q" else np.uint32).tobytes()
+    path.write_bytes(bytes(data))
+
+
+HOSTILE = [  # (key, how it is stored, value, what the one line says)
+    ("llama.block_count", "<u4", 1_000_000, "num_hidden_layers=1000000, outside what llmchat accepts"),
+    ("llama.block_count", "<u4", 3, "says it has 3 layers but holds tensors for 2"),
+    ("llama.context_length", "<u4", 300_000_000, "max_position_embeddings=300000000"),
+    ("llama.context_length", "<u4", 4_000_000_000, "max_position_embeddings=4000000000"),
+    ("llama.attention.head_count", "<u4", 0, "num_attention_heads=0"),
+    ("llama.attention.head_count_kv", "<u4", 0, "num_key_value_heads=0"),
+    ("llama.attention.head_count_kv", "<u4", 3, "4 heads, not a multiple of its 3 KV heads"),
+    ("llama.embedding_length", "<u4", 2**31, "hidden_size=2147483648"),
+    ("llama.feed_forward_length", "<u4", 0, "intermediate_size=0"),
+    ("tokenizer.ggml.eos_token_id", "<u4", 10**9, "token id outside its vocabulary"),
+    ("tokenizer.ggml.tokens", "array-count", 2**40, "claims 1099511627776 items"),
+    ("tokenizer.ggml.tokens", "array-count", 100_000, "is not a valid GGUF file"),  # reads into later bytes
+    ("tokenizer.ggml.merges", "array-count", 2**22 + 1, "claims 4194305 items"),
+    ("tokenizer.chat_template", "<Q", 2**62, "is 4611686018427387904 bytes long"),
+]
+
+
+@pytest.mark.parametrize("key, fmt, value, needle", HOSTILE, ids=[f"{k}={v}" for k, _, v, _ in HOSTILE])
+def test_hostile_metadata_is_one_line_before_anything_is_sized_from_it(tmp_path: Path, cache: Path, key: str,
+                                                                       fmt: str, value: int, needle: str) -> None:
+    path = tmp_path / "hostile.gguf"
+    write_tiny_gguf(path)
+    patch_metadata(path, key, fmt, value)
+    with pytest.raises(ModelLoadError) as excinfo:
+        resolve_model(path)
+    assert_one_line_error(excinfo, "hostile.gguf", needle)
+    assert not any(cache.rglob("*.safetensors"))
+
+
+def test_hostile_config_json_in_a_folder_is_one_line(tmp_path: Path) -> None:
+    write_hf_folder(tmp_path / "m", arch="LlamaForCausalLM")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    for field, value in [("num_hidden_layers", 10**6), ("max_position_embeddings", 4 * 10**9),
+                         ("num_key_value_heads", 3), ("num_attention_heads", 0), ("rope_theta", -1),
+                         ("head_dim", 10**6), ("vocab_size", "many")]:
+        (tmp_path / "m" / "config.json").write_text(json.dumps({**config, field: value}))
+        with pytest.raises(ModelLoadError) as excinfo:
+            load_checkpoint(tmp_path / "m")
+        assert_one_line_error(excinfo, "config.json")
+
+
+def run_ask_measuring_rss(model: Path, cache: Path) -> tuple[int, str, int]:
+    """(exit code, stderr, max RSS in MiB) of `llmchat ask hi --model MODEL --max-tokens 1`."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", "--model", str(model),
+                             "--max-tokens", "1", "--temperature", "0"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "LLMCHAT_CACHE_DIR": str(cache)})
+    stderr = proc.stderr.read() if proc.stderr else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, stderr, usage.ru_maxrss // 1024
+
+
+def test_ask_with_hostile_gguf_files_is_one_line_exit_2_and_small(tmp_path: Path, cache: Path) -> None:
+    good = tmp_path / "good.gguf"
+    write_tiny_gguf(good)
+    rc, stderr, baseline = run_ask_measuring_rss(good, cache)
+    assert rc == 0, stderr
+    for key, value in [("llama.block_count", 1_000_000), ("llama.context_length", 4_000_000_000),
+                       ("llama.attention.head_count", 0)]:
+        bad = tmp_path / "bad.gguf"
+        write_tiny_gguf(bad)
+        patch_metadata(bad, key, "<u4", value)
+        rc, stderr, rss = run_ask_measuring_rss(bad, cache)
+        errors = [line for line in stderr.splitlines() if line.startswith("llmchat:")]  # besides progress lines
+        assert rc == 2 and len(errors) == 1 and "bad.gguf" in errors[0] and "Traceback" not in stderr, stderr
+        print(f"{key}={value}: max RSS {rss} MiB (valid tiny load: {baseline} MiB)")
+        assert rss < baseline + 100, (key, rss, baseline)  # MiB: nothing was sized from the hostile number
