@@ -17,7 +17,9 @@ import torch
 from llmchat.core.config import EngineConfig, ModelConfig
 from llmchat.core.model import Transformer, build_model
 from llmchat.core.tokenizer import Tokenizer
-from llmchat.core.weights import ModelLoadError, check_tensor_shapes, resolve_model
+from llmchat.core.checkpoint import check_tensor_shapes, read_config
+from llmchat.core.errors import ModelLoadError
+from llmchat.core.weights import resolve_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WEIGHT_FORMATS = ("auto", *DTYPES)
@@ -96,12 +98,7 @@ class SafetensorsReader(Mapping):
 
 def open_checkpoint(folder: Path, device: str) -> tuple[ModelConfig, Mapping[str, torch.Tensor]]:
     """Config and lazily read weights (HF names) of a model folder; tied models get no lm_head.weight."""
-    try:
-        config = ModelConfig.from_dir(folder)
-    except OSError as e:
-        raise ModelLoadError(f"cannot read {folder / 'config.json'} ({e.strerror or e})") from e
-    except (ValueError, KeyError, TypeError) as e:  # unsupported architecture, missing field, bad JSON
-        raise ModelLoadError(f"cannot use {folder / 'config.json'}: {e}") from e
+    config = read_config(folder)  # bounds-checked before anything is sized from it
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
         raise ModelLoadError(f"{folder} has no *.safetensors weights")

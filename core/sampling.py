@@ -1,14 +1,34 @@
 """How the next token is chosen: SamplingParams and sample()."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 
+MAX_TOKENS_LIMIT = 1 << 20  # no context window is longer; also what a settings row can store
+GREEDY_BELOW = 1e-5  # a temperature this small is greedy: dividing logits by it would overflow fp32
+
+
+def _real(name: str, value: object, remedy: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number ({remedy}), got {value!r}")
+    return float(value)
+
+
+def _whole(name: str, value: object, low: int, high: int, remedy: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high} ({remedy}), got {value!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """temperature 0 means greedy (argmax); top_k 0 and top_p 1.0 mean off."""
+    """temperature 0 (or below 1e-5) means greedy (argmax); top_k 0 and top_p 1.0 mean off.
+
+    Every field is checked when the object is made: a bad value raises ValueError saying what to use.
+    """
 
     temperature: float = 0.7
     top_p: float = 1.0
@@ -19,20 +39,26 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if isinstance(self.stop, str):
-            object.__setattr__(self, "stop", (self.stop,))
+        temperature = _real("temperature", self.temperature, "0 = greedy, e.g. 0.7")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy, e.g. 0.7), got {self.temperature!r}")
+        top_p = _real("top_p", self.top_p, "in (0, 1]; 1 = off, e.g. 0.9")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off, e.g. 0.9), got {self.top_p!r}")
+        _whole("top_k", self.top_k, 0, 1 << 31, "0 = off, e.g. 40")
+        _whole("max_tokens", self.max_tokens, 1, MAX_TOKENS_LIMIT, "how many tokens a reply may have, e.g. 512")
+        if self.seed is not None:
+            _whole("seed", self.seed, 0, (1 << 64) - 1, "leave it unset for a random one")
+        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
+        if not isinstance(stop, (tuple, list)) or not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        object.__setattr__(self, "temperature", temperature)
+        object.__setattr__(self, "top_p", top_p)
+        object.__setattr__(self, "stop", tuple(stop))
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
     def make_generator(self) -> torch.Generator | None:
         """The per-request random stream: seeded when a seed is given, so a reply can be reproduced."""
@@ -47,8 +73,17 @@ class SamplingParams:
 
 
 def filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Probabilities after temperature, top-k and top-p (nucleus) filtering. logits `[vocab]`, fp32."""
-    logits = logits.float() / params.temperature
+    """Probabilities after temperature, top-k and top-p (nucleus) filtering. logits `[vocab]`, fp32.
+
+    Always finite and summing to 1 for a non-greedy `params`: NaN logits count as -inf, +inf as the largest
+    float, and the logits are shifted so their maximum is 0 before the temperature divides them.
+    """
+    logits = torch.nan_to_num(logits.float(), nan=float("-inf"), posinf=torch.finfo(torch.float32).max)
+    top = logits.max()
+    if not torch.isfinite(top):
+        raise ValueError("the model produced no finite logits for this request (a numerical failure in the model); "
+                         "try another --dtype or device")
+    logits = (logits - top) / params.temperature  # the maximum stays exactly 0, so softmax cannot overflow
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -19,7 +19,10 @@ from gguf import GGMLQuantizationType as Q
 from safetensors.torch import save_file
 
 from llmchat.core import weights
-from llmchat.core.weights import ModelLoadError, load_checkpoint, resolve_model
+from llmchat.core.checkpoint import expected_tensor_shapes, load_checkpoint
+from llmchat.core.config import ModelConfig
+from llmchat.core.gguf_convert import unpermute_qk
+from llmchat.core.weights import ModelLoadError, resolve_model
 
 HIDDEN, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, FFN, NUM_LAYERS = 32, 4, 2, 8, 64, 2
 CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
@@ -229,8 +232,8 @@ def test_qk_unpermutation_makes_rotate_half_rope_match_llama_cpp(tmp_path: Path)
 
 def test_unpermute_inverts_llama_cpp_permute() -> None:
     w = np.random.default_rng(0).standard_normal((3 * 64, 40)).astype(np.float32)
-    np.testing.assert_array_equal(weights.unpermute_qk(llama_cpp_permute(w, 3), 3), w)
-    np.testing.assert_array_equal(weights.unpermute_qk(llama_cpp_permute(w[:, 0], 3), 3), w[:, 0])  # a bias
+    np.testing.assert_array_equal(unpermute_qk(llama_cpp_permute(w, 3), 3), w)
+    np.testing.assert_array_equal(unpermute_qk(llama_cpp_permute(w[:, 0], 3), 3), w[:, 0])  # a bias
 
 
 # ---------------------------------------------------------------------------------------------- the cache
@@ -409,7 +412,7 @@ def write_hf_folder(folder: Path, *, arch: str = "Qwen2ForCausalLM", tied: bool 
     (folder / "tokenizer.json").write_text("{}")
     (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML}))
     gen = torch.Generator().manual_seed(seed)
-    shapes = weights.expected_tensor_shapes(weights.ModelConfig.from_hf_dict(config))
+    shapes = expected_tensor_shapes(ModelConfig.from_hf_dict(config))
     tensors = {name: torch.randn(shape, generator=gen).to(dtype) for name, shape in shapes.items()}
     names = sorted(tensors)
     half = len(names) // 2  # sharded, as bigger checkpoints are
@@ -499,3 +502,243 @@ def test_default_model_converts_cold_and_loads_warm(default_gguf: Path, cache: P
     assert config.rope_theta == 100000.0 and config.tie_word_embeddings and config.eos_token_ids == (2,)
     assert "lm_head.weight" not in tensors and len(tensors) == 2 + 30 * 9
     assert warm < 1.0
+
+
+# ------------------------------------------------------------------------------- the cache is verified on load
+
+from llmchat.core import weight_cache  # noqa: E402
+
+
+def assert_weights_are(folder: Path, expected: dict[str, np.ndarray]) -> None:
+    _, tensors = load_checkpoint(folder)
+    assert set(tensors) == set(expected)
+    for name, want in expected.items():
+        np.testing.assert_allclose(tensors[name].numpy(), want, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def flip_last_byte(path: Path, keep_mtime: bool) -> None:
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x40  # inside the last tensor's data: the header still parses
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size
+
+
+@pytest.mark.parametrize("keep_mtime", [False, True])
+def test_a_flipped_byte_in_the_converted_weights_is_caught_and_reconverted(tmp_path: Path, keep_mtime: bool) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    folder = resolve_model(gguf_path)
+    flip_last_byte(folder / "model.safetensors", keep_mtime)
+    lines: list[str] = []
+    assert resolve_model(gguf_path, progress=lines.append) == folder
+    assert any("does not match the checksum" in line and "converting it again" in line for line in lines), lines
+    assert_weights_are(folder, expected)
+    lines.clear()
+    assert resolve_model(gguf_path, progress=lines.append) == folder and lines == []  # healed: quiet again
+
+
+def test_a_truncated_converted_file_is_reconverted(tmp_path: Path) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    folder = resolve_model(gguf_path)
+    weights_file = folder / "model.safetensors"
+    with open(weights_file, "r+b") as f:
+        f.truncate(weights_file.stat().st_size // 2)
+    lines: list[str] = []
+    assert resolve_model(gguf_path, progress=lines.append) == folder
+    assert any("truncated" in line for line in lines), lines
+    assert_weights_are(folder, expected)
+    config = folder / "config.json"  # a small file edited by hand is caught too
+    config.write_text(config.read_text().replace('"rope_theta": 50000.0', '"rope_theta": 50001.0'))
+    lines.clear()
+    resolve_model(gguf_path, progress=lines.append)
+    assert any("config.json" in line for line in lines) and "50000.0" in config.read_text()
+
+
+def test_a_same_size_same_mtime_replacement_gguf_is_converted_afresh(tmp_path: Path) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(gguf_path, seed=0)
+    first = resolve_model(gguf_path)
+    st = gguf_path.stat()
+    replacement = write_tiny_gguf(tmp_path / "other.gguf", seed=7)
+    assert (tmp_path / "other.gguf").stat().st_size == st.st_size
+    gguf_path.write_bytes((tmp_path / "other.gguf").read_bytes())  # same inode, same size
+    os.utime(gguf_path, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the old mtime
+    second = resolve_model(gguf_path)
+    assert second != first and second.name == hashlib.sha256(gguf_path.read_bytes()).hexdigest()[:16]
+    assert_weights_are(second, replacement)
+
+
+def test_warm_resolve_hashes_no_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(gguf_path)
+    resolve_model(gguf_path)
+    hashed: list[str] = []
+    real = weight_cache.file_sha256
+    monkeypatch.setattr(weight_cache, "file_sha256", lambda p: hashed.append(Path(p).name) or real(p))
+    resolve_model(gguf_path)
+    assert "model.safetensors" not in hashed and gguf_path.name not in hashed
+
+
+def test_an_entry_from_before_manifests_is_adopted_or_replaced(tmp_path: Path) -> None:
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    folder = resolve_model(gguf_path)
+    for name in ("manifest.json", "verified.json"):  # what the previous release wrote
+        (folder / name).unlink()
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model(gguf_path) == folder and (folder / "manifest.json").is_file()
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # adopted, not rewritten
+    (folder / "manifest.json").unlink()
+    with open(folder / "model.safetensors", "r+b") as f:
+        f.truncate(1000)
+    assert resolve_model(gguf_path) == folder
+    assert_weights_are(folder, expected)
+
+
+def test_data_is_fsynced_before_the_entry_is_renamed_into_place(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    events: list[tuple[str, str]] = []
+    real_fsync, real_rename = os.fsync, os.rename
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+                        or real_fsync(fd))
+    monkeypatch.setattr(os, "rename", lambda a, b: events.append(("rename", str(b))) or real_rename(a, b))
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    folder = resolve_model(tmp_path / "tiny.gguf")
+    rename = events.index(("rename", str(folder)))
+    synced = {Path(p).name for kind, p in events[:rename] if kind == "fsync"}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json"} <= synced
+    assert any(name.endswith("manifest.json") for name in synced)  # fsynced under its temp name, then replaced
+    assert ("fsync", str(folder.parent)) in events[rename:]  # the rename itself is made durable
+
+
+KILLED_CONVERTER = """
+import sys, time
+from pathlib import Path
+from llmchat.core import weight_cache
+real = weight_cache.write_json_atomic
+def slow(path, data):
+    real(path, data)
+    if path.name == "manifest.json":
+        print("written", flush=True)
+        time.sleep(600)
+weight_cache.write_json_atomic = slow
+from llmchat.core.weights import resolve_model
+resolve_model(Path(sys.argv[1]))
+"""
+
+
+def test_kill_9_during_conversion_leaves_no_temp_folder_for_long(tmp_path: Path, cache: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    gguf_path = tmp_path / "tiny.gguf"
+    expected = write_tiny_gguf(gguf_path)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_CONVERTER, str(gguf_path)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "LLMCHAT_CACHE_DIR": str(cache)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "written"
+        temps = [p for p in (cache / "converted").iterdir() if p.name.startswith(".tmp-convert-")]
+        assert len(temps) == 1 and (temps[0] / "model.safetensors").is_file()
+        keep = cache / "converted" / f".tmp-convert-{os.getpid()}-alive"  # a live process's temp dir stays
+        keep.mkdir()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    folder = resolve_model(gguf_path)
+    leftovers = sorted(p.name for p in (cache / "converted").iterdir() if p.name.startswith(".tmp"))
+    assert leftovers == [keep.name]
+    assert_weights_are(folder, expected)
+
+
+# ------------------------------------------------------------------------------------ hostile GGUF metadata
+
+
+def patch_metadata(path: Path, key: str, fmt: str, value: int) -> None:
+    """Overwrite the value stored right after metadata `key` (its type tag kept) in a GGUF written above."""
+    data = bytearray(path.read_bytes())
+    encoded = len(key).to_bytes(8, "little") + key.encode()
+    at = data.index(encoded) + len(encoded) + 4  # skip the key and its u32 type tag
+    if fmt == "array-count":  # an array: u32 item type, then the u64 count
+        at += 4
+        fmt = "<Q"
+    size = np.dtype(fmt).itemsize if fmt != "<Q" else 8
+    data[at:at + size] = np.array([value], dtype=np.uint64 if fmt == "<Q" else np.uint32).tobytes()
+    path.write_bytes(bytes(data))
+
+
+HOSTILE = [  # (key, how it is stored, value, what the one line says)
+    ("llama.block_count", "<u4", 1_000_000, "num_hidden_layers=1000000, outside what llmchat accepts"),
+    ("llama.block_count", "<u4", 3, "says it has 3 layers but holds tensors for 2"),
+    ("llama.context_length", "<u4", 300_000_000, "max_position_embeddings=300000000"),
+    ("llama.context_length", "<u4", 4_000_000_000, "max_position_embeddings=4000000000"),
+    ("llama.attention.head_count", "<u4", 0, "num_attention_heads=0"),
+    ("llama.attention.head_count_kv", "<u4", 0, "num_key_value_heads=0"),
+    ("llama.attention.head_count_kv", "<u4", 3, "4 heads, not a multiple of its 3 KV heads"),
+    ("llama.embedding_length", "<u4", 2**31, "hidden_size=2147483648"),
+    ("llama.feed_forward_length", "<u4", 0, "intermediate_size=0"),
+    ("tokenizer.ggml.eos_token_id", "<u4", 10**9, "token id outside its vocabulary"),
+    ("tokenizer.ggml.tokens", "array-count", 2**40, "claims 1099511627776 items"),
+    ("tokenizer.ggml.tokens", "array-count", 100_000, "is not a valid GGUF file"),  # reads into later bytes
+    ("tokenizer.ggml.merges", "array-count", 2**22 + 1, "claims 4194305 items"),
+    ("tokenizer.chat_template", "<Q", 2**62, "is 4611686018427387904 bytes long"),
+]
+
+
+@pytest.mark.parametrize("key, fmt, value, needle", HOSTILE, ids=[f"{k}={v}" for k, _, v, _ in HOSTILE])
+def test_hostile_metadata_is_one_line_before_anything_is_sized_from_it(tmp_path: Path, cache: Path, key: str,
+                                                                       fmt: str, value: int, needle: str) -> None:
+    path = tmp_path / "hostile.gguf"
+    write_tiny_gguf(path)
+    patch_metadata(path, key, fmt, value)
+    with pytest.raises(ModelLoadError) as excinfo:
+        resolve_model(path)
+    assert_one_line_error(excinfo, "hostile.gguf", needle)
+    assert not any(cache.rglob("*.safetensors"))
+
+
+def test_hostile_config_json_in_a_folder_is_one_line(tmp_path: Path) -> None:
+    write_hf_folder(tmp_path / "m", arch="LlamaForCausalLM")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    for field, value in [("num_hidden_layers", 10**6), ("max_position_embeddings", 4 * 10**9),
+                         ("num_key_value_heads", 3), ("num_attention_heads", 0), ("rope_theta", -1),
+                         ("head_dim", 10**6), ("vocab_size", "many")]:
+        (tmp_path / "m" / "config.json").write_text(json.dumps({**config, field: value}))
+        with pytest.raises(ModelLoadError) as excinfo:
+            load_checkpoint(tmp_path / "m")
+        assert_one_line_error(excinfo, "config.json")
+
+
+def run_ask_measuring_rss(model: Path, cache: Path) -> tuple[int, str, int]:
+    """(exit code, stderr, max RSS in MiB) of `llmchat ask hi --model MODEL --max-tokens 1`."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", "--model", str(model),
+                             "--max-tokens", "1", "--temperature", "0"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "LLMCHAT_CACHE_DIR": str(cache)})
+    stderr = proc.stderr.read() if proc.stderr else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, stderr, usage.ru_maxrss // 1024
+
+
+def test_ask_with_hostile_gguf_files_is_one_line_exit_2_and_small(tmp_path: Path, cache: Path) -> None:
+    good = tmp_path / "good.gguf"
+    write_tiny_gguf(good)
+    rc, stderr, baseline = run_ask_measuring_rss(good, cache)
+    assert rc == 0, stderr
+    for key, value in [("llama.block_count", 1_000_000), ("llama.context_length", 4_000_000_000),
+                       ("llama.attention.head_count", 0)]:
+        bad = tmp_path / "bad.gguf"
+        write_tiny_gguf(bad)
+        patch_metadata(bad, key, "<u4", value)
+        rc, stderr, rss = run_ask_measuring_rss(bad, cache)
+        errors = [line for line in stderr.splitlines() if line.startswith("llmchat:")]  # besides progress lines
+        assert rc == 2 and len(errors) == 1 and "bad.gguf" in errors[0] and "Traceback" not in stderr, stderr
+        print(f"{key}={value}: max RSS {rss} MiB (valid tiny load: {baseline} MiB)")
+        assert rss < baseline + 100, (key, rss, baseline)  # MiB: nothing was sized from the hostile number

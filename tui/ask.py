@@ -1,8 +1,25 @@
-"""`llmchat ask`: one question, the reply streamed to stdout, timings to stderr."""
+"""`llmchat ask`: one question, the reply streamed to stdout, timings to stderr.
+
+The reply is model output: control sequences in it (CSI, OSC 52 clipboard writes, OSC 8 links, other C0/C1
+codes) are shown as visible characters, on a terminal and in a pipe alike; `--raw` passes the text through
+unchanged, but only when stdout is not a terminal.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
+
+from llmchat.core.sanitize import SafeTextStream
+
+
+class RawStream:
+    """`--raw` into a pipe: the model's text exactly as it came."""
+
+    def feed(self, delta: str) -> str:
+        return delta
+
+    def flush(self) -> str:
+        return ""
 
 
 def read_question(arg: str) -> str:
@@ -24,10 +41,11 @@ def run_ask(args: argparse.Namespace) -> int:
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
                         weight_dtype=getattr(args, "weights", None))
+    out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
     for delta in stream:
-        sys.stdout.write(delta)
+        sys.stdout.write(out.feed(delta))
         sys.stdout.flush()
-    sys.stdout.write("\n")
+    sys.stdout.write(out.flush() + "\n")
     sys.stdout.flush()
     if args.stats:
         m = stream.metrics

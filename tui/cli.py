@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--seed", type=int, default=None)
     ask.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     ask.add_argument("--stats", action="store_true", help="print TTFT and TPOT to stderr")
+    ask.add_argument("--raw", action="store_true", help="write the reply's bytes unfiltered when stdout is a pipe")
 
     sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
 
