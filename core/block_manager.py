@@ -150,6 +150,15 @@ class BlockManager:
         seq.block_table.clear()
         seq.num_computed_tokens = 0
 
+    def free_tail(self, seq: Sequence, num_tokens: int) -> None:
+        """Release seq's blocks past those holding its first num_tokens tokens (slots of rejected speculative
+        tokens). They were taken for this sequence alone and never hashed: nothing cached is touched."""
+        while len(seq.block_table) > self.num_blocks_for(num_tokens):
+            block = self.blocks[seq.block_table.pop()]
+            assert block.ref_count == 1 and block.block_hash is None
+            block.ref_count = 0
+            self.empty_ids.append(block.block_id)
+
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Register the hashes of seq's full, computed blocks so later requests can reuse them."""
         if not self.enable_prefix_caching:

@@ -18,6 +18,7 @@ from llmchat.core.runner import ModelRunner
 from llmchat.core.sampling import SamplingParams
 from llmchat.core.scheduler import ScheduledBatch, Scheduler
 from llmchat.core.sequence import FinishReason, Sequence, SequenceStatus
+from llmchat.core.speculative import SpecStep, build_speculator
 from llmchat.core.stop import StopStringMatcher
 from llmchat.core.tokenizer import IncrementalDetokenizer
 
@@ -38,7 +39,7 @@ def model_fingerprint(loaded: LoadedModel, dtype: str) -> bytes:
 
 
 class LLMEngine:
-    def __init__(self, loaded: LoadedModel, config: EngineConfig = EngineConfig()):
+    def __init__(self, loaded: LoadedModel, config: EngineConfig = EngineConfig(), draft: LoadedModel | None = None):
         self.loaded = loaded
         self.config = config
         self.tokenizer = loaded.tokenizer
@@ -56,6 +57,7 @@ class LLMEngine:
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
         self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)
         self.max_context = loaded.config.max_position_embeddings
+        self.speculator = build_speculator(config, loaded, self.block_manager, self.max_context, draft)
         self.weight_bytes = model.weight_bytes()
         self.window = StatsWindow()
         self._ids = itertools.count(1)
@@ -135,6 +137,7 @@ class LLMEngine:
     def _step(self, events: list[EngineEvent]) -> list[EngineEvent]:
         events += self._pending
         self._pending = []
+        self.speculator.propose(self.scheduler.running)
         batch, dropped = self.scheduler.schedule()
         for seq in dropped:
             events.extend(self._finish_stream(seq, "the KV cache is too small to continue this reply; raise --kv-cache-gb"))
@@ -150,12 +153,13 @@ class LLMEngine:
                 events.append(Started(seq.request_id, tuple(seq.token_ids[: seq.num_prompt_tokens]),
                                       max(seq.num_cached_tokens, 0)))
         tokens = self.runner.run(batch)
-        self.scheduler.postprocess(batch)
+        spec = self.speculator.settle(batch, tokens, self.scheduler.postprocess)
         end = now()
-        self.window.add_step(self._step_stats(batch, end - start))
-        for seq, token in zip(batch.seqs, tokens):
-            if token is not None:
-                events.extend(self._append_token(seq, token, end))
+        self.window.add_step(self._step_stats(batch, end - start, spec))
+        for seq, new_ids in zip(batch.seqs, tokens):
+            for token in new_ids:  # kept drafted tokens, then the one sampled; a finish drops the rest
+                if not seq.is_finished:
+                    events.extend(self._append_token(seq, token, end))
         return events
 
     def _append_token(self, seq: Sequence, token: int, t: float) -> list[EngineEvent]:
@@ -203,8 +207,11 @@ class LLMEngine:
         )
         return Finished(seq.request_id, seq.finish_reason, metrics, tuple(seq.output_ids), text, error)
 
-    def _step_stats(self, batch: ScheduledBatch, seconds: float) -> StepStats:
-        num_decode = sum(1 for n in batch.num_new_tokens if n == 1)
+    def _step_stats(self, batch: ScheduledBatch, seconds: float, spec: SpecStep) -> StepStats:
+        decoding = [n for n, drafting in zip(batch.num_new_tokens, spec.drafting) if n == 1 or drafting]
+        num_decode = sum(decoding)  # a sequence verifying drafts decoded its kept tokens plus one
+        if len(decoding) == len(batch.seqs):
+            self.window.add_spec_step(spec.num_drafted, spec.num_accepted, num_decode, len(decoding))
         kv_read = sum(s.num_computed_tokens for s in batch.seqs) * self.kv_cache.bytes_per_token
         return StepStats(batch.num_tokens - num_decode, num_decode, seconds, self.weight_bytes + kv_read)
 
@@ -227,6 +234,8 @@ class LLMEngine:
             decode_tokens_per_s=tokens_per_s,
             decode_bandwidth_gb_s=gb_per_s,
             num_preemptions=self.window.num_preemptions,
+            spec_acceptance_rate=self.window.spec_rates()[0],
+            spec_tokens_per_step=self.window.spec_rates()[1],
             requests=tuple(self._live(seq) for seq in (*self.scheduler.running, *self.scheduler.waiting)),
         )
 

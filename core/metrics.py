@@ -22,6 +22,9 @@ class RequestTimings:
     first_token: float | None = None
     last_token: float | None = None
     num_output_tokens: int = 0
+    num_forwards: int = 0  # steps that gave this request tokens (one, or several with speculative decoding)
+    num_draft_tokens: int = 0  # speculative tokens drafted and verified
+    num_accepted_tokens: int = 0  # of them, kept by the target
 
     def on_token(self, t: float | None = None) -> None:
         t = now() if t is None else t
@@ -52,10 +55,23 @@ class RequestMetrics:
     tpot: float  # seconds per output token after the first; NaN with fewer than 2 tokens
     num_preemptions: int = 0
     load_seconds: float = 0.0  # model load time, for one-shot commands that include it
+    num_forwards: int = 0  # forward passes that gave it tokens
+    num_draft_tokens: int = 0  # speculative tokens drafted and verified
+    num_accepted_tokens: int = 0  # of them, kept (each one a token without a forward pass of its own)
 
     @property
     def num_prefilled_tokens(self) -> int:
         return self.num_prompt_tokens - self.num_cached_tokens
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Kept / drafted speculative tokens; NaN when nothing was drafted."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else float("nan")
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Output tokens per forward pass that produced any: 1 without speculation."""
+        return self.num_output_tokens / self.num_forwards if self.num_forwards else float("nan")
 
     @classmethod
     def from_timings(
@@ -63,7 +79,8 @@ class RequestMetrics:
         load_seconds: float = 0.0,
     ) -> "RequestMetrics":
         return cls(num_prompt_tokens, num_cached_tokens, t.num_output_tokens, t.queue_time(), t.ttft(), t.tpot(),
-                   num_preemptions, load_seconds)
+                   num_preemptions, load_seconds, num_forwards=t.num_forwards, num_draft_tokens=t.num_draft_tokens,
+                   num_accepted_tokens=t.num_accepted_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +127,8 @@ class EngineStats:
     decode_bandwidth_gb_s: float  # bytes read per decode step / step time, recent window
     num_preemptions: int = 0
     requests: tuple[LiveRequest, ...] = ()  # in flight: running first, then waiting
+    spec_acceptance_rate: float = float("nan")  # kept / drafted speculative tokens, recent window; NaN: none drafted
+    spec_tokens_per_step: float = float("nan")  # tokens per sequence per decode step, recent window (1 = no gain)
 
     def request(self, request_id: int | None) -> LiveRequest | None:
         return next((r for r in self.requests if r.request_id == request_id), None)
@@ -125,6 +144,17 @@ class StatsWindow:
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
         self.num_preemptions = 0
+        self.spec_steps: deque[tuple[int, int, int, int]] = deque(maxlen=size)  # drafted, kept, tokens, seqs
+
+    def add_spec_step(self, num_drafted: int, num_accepted: int, num_tokens: int, num_seqs: int) -> None:
+        """A decode step's speculation: tokens drafted and kept, and tokens emitted by how many sequences."""
+        if num_seqs:
+            self.spec_steps.append((num_drafted, num_accepted, num_tokens, num_seqs))
+
+    def spec_rates(self) -> tuple[float, float]:
+        """(acceptance rate, tokens per sequence per step) over the recent decode steps."""
+        drafted, accepted, tokens, seqs = (sum(col) for col in zip(*self.spec_steps)) if self.spec_steps else (0,) * 4
+        return (accepted / drafted if drafted else float("nan")), (tokens / seqs if seqs else float("nan"))
 
     def add_request(self, m: RequestMetrics) -> None:
         if m.ttft == m.ttft:  # not NaN

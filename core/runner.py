@@ -6,7 +6,7 @@ import torch
 from llmchat.core.attention import AttentionMetadata, PagedKV
 from llmchat.core.kv_cache import PagedKVCache
 from llmchat.core.model import Transformer
-from llmchat.core.sampling import sample
+from llmchat.core.spec_verify import sample_spans
 from llmchat.core.scheduler import ScheduledBatch
 from llmchat.kernels import ops
 
@@ -20,24 +20,27 @@ class ModelRunner:
         self.scale = model.config.head_dim**-0.5
         self.kernel_backend = ops.resolve_backend(kernel_backend, self.device)  # once, for every op
 
-    def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
-        """Inputs for one step, and the index of each sampling sequence's last token (-1: still prefilling)."""
+    def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[tuple[int, int]]]:
+        """Inputs for one step, and per sequence the rows to sample: (first row, number of rows); 0 rows while
+        still prefilling, 1 + the number of drafted tokens scheduled (each verified) once it reaches its end."""
         bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
         slot_mapping: list[int] = []
         seq_lens: list[int] = []
         cu_seqlens_q = [0]
-        sample_rows: list[int] = []
+        spans: list[tuple[int, int]] = []
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
-            input_ids.extend(seq.token_ids[start:end])
+            ids = seq.token_ids if end <= seq.num_tokens else seq.token_ids + seq.draft_ids
+            input_ids.extend(ids[start:end])
             positions.extend(range(start, end))
             table = seq.block_table
             slot_mapping.extend(table[p // bs] * bs + p % bs for p in range(start, end))
             seq_lens.append(end)
             cu_seqlens_q.append(cu_seqlens_q[-1] + n)
-            sample_rows.append(cu_seqlens_q[-1] - 1 if end == seq.num_tokens else -1)
+            num_rows = max(0, end - seq.num_tokens + 1)
+            spans.append((cu_seqlens_q[-1] - num_rows, num_rows))
         max_blocks = max(len(seq.block_table) for seq in batch.seqs)
         block_tables = [seq.block_table + [0] * (max_blocks - len(seq.block_table)) for seq in batch.seqs]
 
@@ -51,18 +54,21 @@ class ModelRunner:
             cu_seqlens_q=tensor(cu_seqlens_q, torch.int32),
             is_decode=batch.is_decode,
         )
-        return tensor(input_ids, torch.int64), tensor(positions, torch.int64), meta, sample_rows
+        return tensor(input_ids, torch.int64), tensor(positions, torch.int64), meta, spans
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> list[int | None]:
-        """Forward the batch; one sampled token per sequence that reached its end, None for those still prefilling."""
-        input_ids, positions, meta, sample_rows = self.prepare(batch)
+    def run(self, batch: ScheduledBatch) -> list[list[int]]:
+        """Forward the batch; per sequence its new tokens: none while prefilling, one sampled token, or the
+        drafted tokens the target kept plus one more (core/spec_verify.py)."""
+        input_ids, positions, meta, spans = self.prepare(batch)
         kv = PagedKV(self.kv_cache, meta, self.scale, self.kernel_backend)
         hidden = self.model(input_ids, positions, kv)
-        rows = [r for r in sample_rows if r >= 0]
+        rows = [first + j for first, n in spans for j in range(n)]
         if not rows:
-            return [None] * len(batch.seqs)
-        logits = self.model.compute_logits(hidden[rows])  # [num_sampling, vocab]
-        sampling = [seq for seq, r in zip(batch.seqs, sample_rows) if r >= 0]
-        tokens = iter(sample(logits, [s.params for s in sampling], [s.generator for s in sampling]))
-        return [next(tokens) if r >= 0 else None for r in sample_rows]
+            return [[] for _ in batch.seqs]
+        logits = self.model.compute_logits(hidden[rows])  # [num_rows, vocab]
+        packed, offset = [], 0
+        for _, n in spans:  # the rows of each sequence, renumbered within logits
+            packed.append((offset, n))
+            offset += n
+        return sample_spans(logits, packed, batch.seqs)

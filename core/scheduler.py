@@ -18,6 +18,7 @@ from llmchat.core.sequence import FinishReason, Sequence, SequenceStatus
 class ScheduledBatch:
     seqs: list[Sequence]
     num_new_tokens: list[int]  # per sequence: tokens computed this step, from seq.num_computed_tokens on
+    # (past seq.num_tokens: its drafted tokens, seq.draft_ids, verified in the same forward)
 
     @property
     def num_tokens(self) -> int:
@@ -57,7 +58,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            n = min(seq.num_tokens + len(seq.draft_ids) - seq.num_computed_tokens, budget)
+            if seq.draft_ids and not bm.can_allocate(seq, n):  # drafted tokens never preempt anyone
+                n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not bm.allocate(seq, n):
                 victim = self.running.pop()
                 preempted = True

@@ -73,6 +73,10 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._backend.token_to_id(token)
 
+    def vocab(self) -> dict[str, int]:
+        """Every token (added ones included) and its id."""
+        return self._backend.get_vocab(with_added_tokens=True)
+
     def id_to_token(self, token_id: int) -> str | None:
         return self._backend.id_to_token(token_id)
 
