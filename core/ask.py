@@ -48,9 +48,12 @@ def ask_stream(
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
     weight_dtype: str | None = None,
+    num_speculative_tokens: int = 4,
+    draft_model: str | None = None,
 ) -> AskStream:
     """Load the model and set up one request on an engine sized for it; iterate the result for the reply."""
-    config = EngineConfig(model=model, device=device or "cpu", max_num_seqs=1, weight_dtype=weight_dtype or "auto")
+    config = EngineConfig(model=model, device=device or "cpu", max_num_seqs=1, weight_dtype=weight_dtype or "auto",
+                          num_speculative_tokens=num_speculative_tokens, draft_model=draft_model)
     loaded = load_model_for(config, progress=progress)
     prompt_ids = prompt_ids_for(loaded.tokenizer, chat_messages(question, system))
     element_size = loaded.model.dtype.itemsize

@@ -22,8 +22,9 @@ from llmchat.core.engine import LLMEngine
 from llmchat.core.events import Finished
 from llmchat.core.loader import LoadedModel
 from llmchat.core.sampling import SamplingParams
+from llmchat.core.bench_speculative import run_speculative
 
-SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory")
+SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory", "speculative")
 # A fresh process per memory figure (max RSS is a per-process high-water mark): `ask` sizes its KV cache to one
 # request; the app-like setup takes the default engine config (default KV budget) and runs one turn.
 _MEMORY_SCRIPT = """
@@ -269,3 +270,7 @@ class Bench:
         for turn, values in per_turn.items():
             self.results.add("switch", "chats=4", "ttft", values, "ms", turn=turn)
         self.results.add("switch", "chats=1-warm", "ttft", single, "ms")
+
+    def speculative(self) -> None:
+        """Speculative decoding on vs off: a repeat-this-code turn and a plain turn (core/bench_speculative.py)."""
+        run_speculative(self)

@@ -39,8 +39,12 @@ def run_ask(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    from llmchat.tui.cli import engine_config
+
+    config = engine_config(args)  # the speculative-decoding flags, checked
     stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
-                        weight_dtype=getattr(args, "weights", None))
+                        weight_dtype=getattr(args, "weights", None),
+                        num_speculative_tokens=config.num_speculative_tokens, draft_model=config.draft_model)
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
     for delta in stream:
         sys.stdout.write(out.feed(delta))
@@ -54,4 +58,8 @@ def run_ask(args: argparse.Namespace) -> int:
             f"TTFT {m.ttft * 1000:.0f} ms, TPOT {m.tpot * 1000:.1f} ms (load {m.load_seconds:.2f} s)",
             file=sys.stderr,
         )
+        if m.num_draft_tokens:
+            from llmchat.tui.format import speculation
+
+            print(f"speculative decoding: {speculation(m)}", file=sys.stderr)
     return 0

@@ -40,10 +40,22 @@ def build_parser() -> argparse.ArgumentParser:
     model_args.add_argument(
         "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
     )
+    model_args.add_argument(
+        "--draft-model", metavar="PATH", help="speculative decoding with this draft model (same vocabulary; "
+        "default: prompt lookup, drafts copied from the chat itself)"
+    )
+    model_args.add_argument(
+        "--speculative-tokens", type=int, default=None, metavar="N",
+        help="most tokens drafted per step (default 4, adapted per reply; 0 = off)"
+    )
+    model_args.add_argument("--no-speculative", action="store_true", help="turn off speculative decoding")
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-prefix-cache", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--draft-model", help=argparse.SUPPRESS)
+    parser.add_argument("--speculative-tokens", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-speculative", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -83,8 +95,12 @@ def engine_config(args: argparse.Namespace, **overrides):
     kv_gb = getattr(args, "kv_cache_gb", None)
     if kv_gb is not None and kv_gb <= 0:
         raise ValueError("--kv-cache-gb must be positive")
+    spec_tokens = 0 if getattr(args, "no_speculative", False) else getattr(args, "speculative_tokens", None)
+    if spec_tokens is not None:
+        overrides.setdefault("num_speculative_tokens", spec_tokens)
     return EngineConfig(
         model=getattr(args, "model", None),
+        draft_model=getattr(args, "draft_model", None),
         device=getattr(args, "device", None) or "cpu",
         kv_cache_bytes=None if kv_gb is None else int(kv_gb * 1e9),
         enable_prefix_caching=not getattr(args, "no_prefix_cache", False),

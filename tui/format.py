@@ -65,7 +65,17 @@ def turn_line(m: RequestMetrics) -> str:
     parts.append(reused(m))
     if m.num_preemptions:
         parts.append(f"preempted {m.num_preemptions}×")
+    if m.num_draft_tokens:
+        parts.append(speculation(m))
     return " · ".join(parts)
+
+
+def speculation(m: RequestMetrics) -> str:
+    """'drafts kept 86/97 (89%), 3.5 tokens/forward'; empty when nothing was drafted."""
+    if not m.num_draft_tokens:
+        return ""
+    return (f"drafts kept {m.num_accepted_tokens:,}/{m.num_draft_tokens:,} ({percent(m.acceptance_rate)}), "
+            f"{m.tokens_per_forward:.1f} tokens/forward")
 
 
 def when(timestamp: float) -> str:

@@ -23,7 +23,8 @@ EXPLAIN = {
     "prompt": "Prompt tokens whose K and V are already in the cache are reused, not recomputed: "
               "only the new suffix is prefilled. That keeps TTFT flat as a chat grows.",
     "decode": "Decode reads all the weights once per step whatever the batch, so tokens/s grows with "
-              "concurrent chats until KV memory or per-token latency sets the limit.",
+              "concurrent chats until KV memory or per-token latency sets the limit. Speculative decoding "
+              "verifies several drafted tokens in one such step; the output is unchanged (greedy: identical).",
     "kv": "The cache holds only K and V of past tokens (never Q, scores or answers), in blocks. "
           "Chats sharing a prefix (a system prompt) share its blocks; cached blocks are kept until evicted.",
 }
@@ -127,8 +128,13 @@ class DecodePanel(Panel):
         if stats is None:
             line(self.query_one("#decode-rate", Static), "engine not ready")
             return
+        spec = ""
+        if stats.spec_acceptance_rate == stats.spec_acceptance_rate:  # not NaN: drafts were verified lately
+            spec = (f"\nspeculative: drafts kept {fmt.percent(stats.spec_acceptance_rate)} · "
+                    f"{stats.spec_tokens_per_step:.2f} tokens/step")
         line(self.query_one("#decode-rate", Static),
-             f"decode {fmt.rate(stats.decode_tokens_per_s, 'tok/s')} · reads {fmt.rate(stats.decode_bandwidth_gb_s, 'GB/s')}")
+             f"decode {fmt.rate(stats.decode_tokens_per_s, 'tok/s')} · reads {fmt.rate(stats.decode_bandwidth_gb_s, 'GB/s')}"
+             + spec)
         line(self.query_one("#requests", Static),
              f"running {stats.num_running} · waiting {stats.num_waiting} · preempted {stats.num_preemptions}")
         line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {fmt.percent(stats.prefix_cache_hit_rate)}")

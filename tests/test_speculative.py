@@ -1,0 +1,348 @@
+"""Speculative decoding: greedy output identical with it on and off (prefix hits, chunked prefill, preemption,
+rejected drafts, a draft model), the sampled distribution equal to the target's (chi-square at fixed seeds),
+rejected tokens rolled back (slots freed, never hashed), prompt lookup against a brute-force search, and k
+backing off when drafts fail."""
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmchat.core.config import EngineConfig
+from llmchat.core.dense import DenseKV, generate_dense
+from llmchat.core.draft import NgramIndex
+from llmchat.core.engine import LLMEngine
+from llmchat.core.events import Finished
+from llmchat.core.loader import LoadedModel
+from llmchat.core.model import build_model
+from llmchat.core.sampling import SamplingParams, filtered_probs
+from llmchat.core.spec_verify import verify_drafts
+from llmchat.core.speculative import AdaptiveK
+
+OFF = EngineConfig(num_speculative_tokens=0)
+LONG = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
+
+
+def run(engine: LLMEngine, requests, check_each_step=None) -> list[Finished]:
+    ids = [engine.add_request(p, params) for p, params in requests]
+    done: dict[int, Finished] = {}
+    while engine.has_work:
+        for event in engine.step():
+            if isinstance(event, Finished):
+                done[event.request_id] = event
+        if check_each_step:
+            check_each_step(engine)
+    engine.block_manager.check_invariants()
+    assert engine.block_manager.num_used_blocks == 0
+    return [done[i] for i in ids]
+
+
+def prompts_for(tokenizer) -> list[list[int]]:
+    shared = "You are a helpful assistant who repeats things. " * 3  # several shared full blocks
+    texts = ["alpha beta gamma delta " * 5, "the cat sat on the mat, the cat sat on the mat, and then", "1 2 3 4 5 6 7",
+             "what is the capital of france?", "red green blue red green blue red green"]
+    return [tokenizer.encode(shared + t) for t in texts]
+
+
+def outputs(results: list[Finished]) -> list[tuple[int, ...]]:
+    return [r.output_ids for r in results]
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # prefix hits (the shared prefix is warmed first)
+    {"max_num_batched_tokens": 20},  # chunked prefill, and drafts cut by the token budget
+    {"kv_cache_bytes": "tiny"},  # preemption by recompute
+])
+def test_greedy_output_identical_with_speculation_on_and_off(tiny_model, overrides):
+    overrides = dict(overrides)
+    if overrides.get("kv_cache_bytes") == "tiny":
+        overrides["kv_cache_bytes"] = 12 * 16 * tiny_model.config.kv_bytes_per_token(4)
+    prompts = prompts_for(tiny_model.tokenizer)
+    results = {}
+    for name, spec_tokens in (("on", 4), ("off", 0)):
+        engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=spec_tokens, **overrides))
+        engine.speculator.proposer = SometimesWrong(engine.speculator.proposer, seed=3)
+        run(engine, [(prompts[0], SamplingParams(temperature=0, max_tokens=2))])  # warm the shared prefix
+        results[name] = run(engine, [(p, LONG) for p in prompts])
+    assert outputs(results["on"]) == outputs(results["off"])
+    dense = [tuple(generate_dense(tiny_model.model, p, LONG)) for p in prompts]
+    assert outputs(results["on"]) == dense
+    on = [r.metrics for r in results["on"]]
+    assert sum(m.num_accepted_tokens for m in on) > 0 and any(m.tokens_per_forward > 1 for m in on)
+    assert sum(m.num_draft_tokens - m.num_accepted_tokens for m in on) > 0, "some drafts were rejected"
+    if "kv_cache_bytes" in overrides:
+        assert sum(m.num_preemptions for m in on) > 0
+    else:
+        assert all(m.num_cached_tokens >= 32 for m in on)
+    off = [r.metrics for r in results["off"]]
+    assert all(m.num_draft_tokens == 0 and m.tokens_per_forward == 1 for m in off)
+
+
+class SometimesWrong:
+    """Prompt lookup, with one drafted token made wrong in a third of the drafts: the tiny model repeats
+    itself so well that plain prompt lookup is almost never rejected."""
+
+    def __init__(self, inner, seed: int) -> None:
+        self.inner = inner
+        self.rng = random.Random(seed)
+
+    def propose(self, seq, state, k):
+        ids, probs = self.inner.propose(seq, state, k)
+        if ids and self.rng.random() < 0.33:
+            wrong = self.rng.randrange(len(ids))
+            ids = [*ids[:wrong], (ids[wrong] + 1) % 1000, *ids[wrong + 1 :]]
+        return ids, probs
+
+
+class WrongThenRightProposer:
+    """Drafts the true continuation (from the dense reference) with a wrong token at a random place: every
+    step verifies drafts, some kept, the rest rejected."""
+
+    def __init__(self, truth: dict[tuple[int, ...], list[int]], seed: int) -> None:
+        self.truth = truth
+        self.rng = random.Random(seed)
+
+    def propose(self, seq, state, k):
+        prompt = tuple(seq.token_ids[: seq.num_prompt_tokens])
+        upcoming = self.truth[prompt][seq.num_output_tokens : seq.num_output_tokens + k]
+        if upcoming and self.rng.random() < 0.7:
+            wrong = self.rng.randrange(len(upcoming))
+            upcoming = [*upcoming[:wrong], (upcoming[wrong] + 1) % 1000, *upcoming[wrong + 1 :]]
+        return upcoming, None
+
+
+def check_rollback(engine: LLMEngine) -> None:
+    """After every step: each running sequence holds blocks for its tokens only (the slots of rejected
+    tokens freed), and every hashed block holds the tokens its sequence really has there."""
+    bm = engine.block_manager
+    bm.check_invariants()
+    for seq in engine.scheduler.running:
+        assert seq.num_computed_tokens <= seq.num_tokens
+        assert len(seq.block_table) <= bm.num_blocks_for(seq.num_tokens)
+        for i, block_id in enumerate(seq.block_table):
+            block = bm.blocks[block_id]
+            if block.block_hash is not None:
+                assert block.token_ids == tuple(seq.token_ids[i * 16 : (i + 1) * 16])
+                assert (i + 1) * 16 <= seq.num_computed_tokens
+
+
+def test_rejected_tokens_are_rolled_back_and_never_cached(tiny_model):
+    prompts = prompts_for(tiny_model.tokenizer)[:3]
+    truth = {tuple(p): list(generate_dense(tiny_model.model, p, LONG)) for p in prompts}
+    engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=6))
+    engine.speculator.proposer = WrongThenRightProposer(truth, seed=1)
+    results = run(engine, [(p, LONG) for p in prompts], check_rollback)
+    assert [list(r.output_ids) for r in results] == [truth[tuple(p)] for p in prompts]
+    drafted = sum(r.metrics.num_draft_tokens for r in results)
+    accepted = sum(r.metrics.num_accepted_tokens for r in results)
+    assert 0 < accepted < drafted
+    # every cached block is a block of some prompt + verified reply: nothing rejected was ever hashed
+    bm = engine.block_manager
+    full = {tuple(p) + tuple(r.output_ids) for p, r in zip(prompts, results)}
+    for block in bm.blocks:
+        if block.block_hash is not None:
+            assert any(block.token_ids in {ids[i : i + 16] for i in range(0, len(ids) - 15, 16)} for ids in full)
+
+
+def test_a_stop_string_inside_kept_drafts_ends_the_reply_where_plain_decoding_does(tiny_model):
+    prompt = prompts_for(tiny_model.tokenizer)[0]
+    reference = list(generate_dense(tiny_model.model, prompt, LONG))
+    (plain,) = run(LLMEngine(tiny_model, OFF), [(prompt, LONG)])
+    stop = plain.text[len(plain.text) // 3 :][:4]  # some text in the middle of the reply
+    assert stop.strip()
+    params = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True, stop=(stop,))
+    (off,) = run(LLMEngine(tiny_model, OFF), [(prompt, params)])
+    engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=8))
+    engine.speculator.proposer = WrongThenRightProposer({tuple(prompt): reference}, seed=2)
+    (on,) = run(engine, [(prompt, params)])
+    assert on.output_ids == off.output_ids and on.text == off.text and len(off.output_ids) < 60
+    assert on.metrics.num_accepted_tokens > 0 and on.metrics.num_output_tokens == len(on.output_ids)
+
+
+def test_max_tokens_cuts_kept_drafts(tiny_model):
+    prompt = prompts_for(tiny_model.tokenizer)[0]
+    reference = list(generate_dense(tiny_model.model, prompt, LONG))
+    for max_tokens in (2, 3, 7):
+        engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=8))
+        engine.speculator.proposer = WrongThenRightProposer({tuple(prompt): reference}, seed=max_tokens)
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+        (result,) = run(engine, [(prompt, params)])
+        assert list(result.output_ids) == reference[:max_tokens]
+
+
+# -- a draft model ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_draft(tiny_model) -> LoadedModel:
+    """A different, even smaller random model with the same vocabulary (1 layer, hidden 32)."""
+    cfg = dataclasses.replace(tiny_model.config, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                              num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    torch.manual_seed(1)
+    return LoadedModel(tiny_model.folder, cfg, build_model(cfg, None), tiny_model.tokenizer, 0.0)
+
+
+def test_draft_model_keeps_greedy_output_and_a_copy_of_the_target_is_always_right(tiny_model, tiny_draft):
+    prompts = prompts_for(tiny_model.tokenizer)[:3]
+    off = run(LLMEngine(tiny_model, OFF), [(p, LONG) for p in prompts])
+    config = EngineConfig(num_speculative_tokens=4, max_num_batched_tokens=24)
+    drafted = run(LLMEngine(tiny_model, config, draft=tiny_draft), [(p, LONG) for p in prompts])
+    assert outputs(drafted) == outputs(off)
+    assert all(r.metrics.num_draft_tokens > 0 for r in drafted)
+    copy = run(LLMEngine(tiny_model, config, draft=tiny_model), [(p, LONG) for p in prompts])
+    assert outputs(copy) == outputs(off)
+    for r in copy:  # the draft is the target itself: every drafted token is kept
+        assert r.metrics.num_draft_tokens > 0 and r.metrics.acceptance_rate == 1.0
+        assert r.metrics.tokens_per_forward > 2
+
+
+def test_draft_model_with_another_vocabulary_is_refused(tiny_model, tiny_draft):
+    cfg = dataclasses.replace(tiny_draft.config, vocab_size=tiny_draft.config.vocab_size - 1)
+    other = LoadedModel(tiny_draft.folder, cfg, tiny_draft.model, tiny_draft.tokenizer, 0.0)
+    with pytest.raises(ValueError, match="same model family"):
+        LLMEngine(tiny_model, EngineConfig(), draft=other)
+
+
+def test_sampled_draft_model_requests_run_and_are_reproducible(tiny_model, tiny_draft):
+    prompt = prompts_for(tiny_model.tokenizer)[1]
+    params = SamplingParams(temperature=0.8, top_k=20, seed=7, max_tokens=30, ignore_eos=True)
+    a = run(LLMEngine(tiny_model, EngineConfig(), draft=tiny_draft), [(prompt, params)])[0]
+    b = run(LLMEngine(tiny_model, EngineConfig(), draft=tiny_draft), [(prompt, params)])[0]
+    assert a.output_ids == b.output_ids and len(a.output_ids) == 30 and a.metrics.num_draft_tokens > 0
+
+
+# -- the sampled distribution ----------------------------------------------------------------
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's chi-square test of observed counts against expected probabilities (cells with p > 0)."""
+    support = probs > 0
+    assert counts[~support].sum() == 0, "a token the target can never emit was emitted"
+    n = counts.sum()
+    expected = probs[support] * n
+    stat = ((counts[support] - expected) ** 2 / expected).sum()
+    dof = int(support.sum()) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2.0), stat.double() / 2))
+
+
+@torch.inference_mode()
+def logits_after(loaded: LoadedModel, context: list[int], drafts: list[int]) -> torch.Tensor:
+    """The model's logits at the last context token and after each drafted token: `[len(drafts) + 1, vocab]`."""
+    model = loaded.model
+    ids = context + drafts
+    kv = DenseKV(model, len(ids))
+    hidden = model(torch.tensor(ids), torch.arange(len(ids)), kv)
+    return model.compute_logits(hidden[len(context) - 1 :])
+
+
+NUM_SEEDS = 4000
+
+
+@pytest.mark.parametrize("draft_kind", ["one-hot", "draft-model"])
+def test_sampled_tokens_follow_the_target_distribution(tiny_model, tiny_draft, draft_kind):
+    """4000 fixed seeds: the first emitted token is distributed as the target's p0, and when the first draft is
+    kept, the second as p1 (chi-square, p > 0.001; fixed seeds make it deterministic)."""
+    params = SamplingParams(temperature=1.0, top_k=6)
+    context = tiny_model.tokenizer.encode("the cat sat on the")
+    base = logits_after(tiny_model, context, [])[0]
+    p0 = filtered_probs(base, params)
+    second = int(torch.topk(p0, 2).indices[1])  # a likely but not the likeliest token: both branches happen
+    first_counts, second_counts = torch.zeros_like(p0), torch.zeros_like(p0)
+    rows_for: dict[int, torch.Tensor] = {}
+    draft_q = filtered_probs(logits_after(tiny_draft, context, [])[0], params)
+    for seed in range(NUM_SEEDS):
+        gen = torch.Generator().manual_seed(seed)
+        if draft_kind == "one-hot":
+            d1, q = second, None
+        else:
+            d1 = int(torch.multinomial(draft_q, 1, generator=gen))
+            q = torch.stack([draft_q, draft_q])
+        drafts = [d1, second]
+        if d1 not in rows_for:
+            rows_for[d1] = logits_after(tiny_model, context, drafts)
+        out = verify_drafts(rows_for[d1], drafts, q, params, gen)
+        first_counts[out[0]] += 1
+        if out[0] == d1 and len(out) > 1 and d1 == second:
+            second_counts[out[1]] += 1
+    assert chi_square_p_value(first_counts, p0) > 1e-3
+    p1 = filtered_probs(rows_for[second][1], params)
+    assert second_counts.sum() > 500
+    assert chi_square_p_value(second_counts, p1) > 1e-3
+
+
+def test_chi_square_check_rejects_a_wrong_distribution(tiny_model):
+    """The check above has power: counts drawn from a distribution off by a little fail it."""
+    params = SamplingParams(temperature=1.0, top_k=6)
+    p0 = filtered_probs(logits_after(tiny_model, tiny_model.tokenizer.encode("the cat sat on the"), [])[0], params)
+    skewed = p0.clone()
+    top = torch.topk(p0, 2).indices
+    skewed[top[0]] += 0.05
+    skewed[top[1]] -= 0.05
+    counts = torch.bincount(torch.multinomial(skewed, NUM_SEEDS, replacement=True,
+                                              generator=torch.Generator().manual_seed(0)), minlength=len(p0)).float()
+    assert chi_square_p_value(counts, p0) < 1e-3
+
+
+def test_greedy_verification_keeps_the_matching_prefix():
+    logits = torch.full((4, 10), -1.0)
+    for row, best in enumerate([3, 5, 1, 8]):
+        logits[row, best] = 2.0
+    greedy = SamplingParams(temperature=0)
+    assert verify_drafts(logits, [3, 5, 1], None, greedy, None) == [3, 5, 1, 8]
+    assert verify_drafts(logits, [3, 4, 1], None, greedy, None) == [3, 5]
+    assert verify_drafts(logits, [0, 5, 1], None, greedy, None) == [3]
+
+
+# -- prompt lookup and adaptive k ---------------------------------------------------------------
+def continuation_ref(token_ids: list[int], k: int, min_n: int, max_n: int) -> list[int]:
+    """Brute force: the longest n whose last-n tokens occurred earlier; take the latest such occurrence."""
+    num = len(token_ids)
+    for n in range(max_n, min_n - 1, -1):
+        if num <= n:
+            continue
+        suffix = token_ids[num - n :]
+        for start in range(num - 1, n - 1, -1):  # start: the position right after an earlier occurrence
+            if token_ids[start - n : start] == suffix:
+                ext = list(token_ids)
+                for i in range(k):
+                    ext.append(ext[start + i])
+                return ext[num:]
+    return []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=60), st.integers(1, 6), st.data())
+def test_ngram_index_matches_brute_force(token_ids, k, data):
+    index = NgramIndex(2, 4)
+    cut = data.draw(st.integers(1, len(token_ids)))  # index grown over a prefix first, then extended
+    index.continuation(token_ids[:cut], k)
+    assert index.continuation(token_ids, k) == continuation_ref(token_ids, k, 2, 4)
+
+
+def test_adaptive_k_grows_on_success_and_pauses_on_failure():
+    k = AdaptiveK(max_k=8)
+    for _ in range(5):
+        k.observe(k.next_k(), k.k)  # every draft kept
+    assert k.next_k() == 8
+    drafted_steps = 0
+    for _ in range(400):  # nothing ever kept: drafting almost stops
+        n = k.next_k()
+        if n:
+            drafted_steps += 1
+            k.observe(n, 0)
+    assert drafted_steps < 20
+    assert k.next_k() in (0, 1)
+    while (n := k.next_k()) == 0:
+        pass
+    for _ in range(5):  # good again: back to full speed
+        k.observe(n, n)
+        n = k.next_k()
+    assert k.next_k() == 8
+
+
+def test_speculation_off_by_config_and_bad_values_refused(tiny_model):
+    with pytest.raises(ValueError, match="speculative tokens"):
+        EngineConfig(num_speculative_tokens=-1)
+    with pytest.raises(ValueError, match="speculative tokens"):
+        EngineConfig(num_speculative_tokens=99)
+    assert not LLMEngine(tiny_model, OFF).speculator.enabled
