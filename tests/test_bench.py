@@ -47,3 +47,19 @@ def test_bench_decode_reports_bandwidth_and_memory_reports_rss(default_model_dir
     for kind in ("ask", "app-engine"):
         rss = rows[("memory", kind, "max_rss")]
         assert rss["unit"] == "MB" and 200 < rss["value"] < 4000
+
+
+def test_bench_speculative_names_its_variants_and_metrics(default_model_dir, tmp_path):
+    out = tmp_path / "bench.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "llmchat.tui.cli", "bench", "speculative", "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {(r["variant"], r["metric"]): r["value"] for r in map(json.loads, out.read_text().splitlines())}
+    for variant in ("on", "off", "plain-on", "plain-off"):
+        assert rows[(variant, "tpot")] > 0
+    for variant in ("on", "plain-on"):
+        assert 0 <= rows[(variant, "acceptance")] <= 1 and rows[(variant, "identical")] == 1
+    assert rows[("on", "acceptance")] > 0.5, "the model repeats the code it was given: most drafts are kept"
+    assert ("off", "acceptance") not in rows

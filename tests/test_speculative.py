@@ -42,7 +42,7 @@ def run(engine: LLMEngine, requests, check_each_step=None) -> list[Finished]:
 
 
 def prompts_for(tokenizer) -> list[list[int]]:
-    shared = "You are a helpful assistant who repeats things. " * 3  # several shared full blocks
+    shared = "You are a helpful assistant who repeats things. " * 3  # a shared full block or more
     texts = ["alpha beta gamma delta " * 5, "the cat sat on the mat, the cat sat on the mat, and then", "1 2 3 4 5 6 7",
              "what is the capital of france?", "red green blue red green blue red green"]
     return [tokenizer.encode(shared + t) for t in texts]
@@ -77,7 +77,7 @@ def test_greedy_output_identical_with_speculation_on_and_off(tiny_model, overrid
     if "kv_cache_bytes" in overrides:
         assert sum(m.num_preemptions for m in on) > 0
     else:
-        assert all(m.num_cached_tokens >= 32 for m in on)
+        assert all(m.num_cached_tokens >= 16 for m in on)  # the shared prefix: prefix hits
     off = [r.metrics for r in results["off"]]
     assert all(m.num_draft_tokens == 0 and m.tokens_per_forward == 1 for m in off)
 
