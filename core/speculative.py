@@ -32,7 +32,7 @@ class AdaptiveK:
     failing soon pays almost nothing for them; a good retry resets the pause.
     """
 
-    def __init__(self, max_k: int, min_acceptance: float = 0.35, max_pause: int = 64) -> None:
+    def __init__(self, max_k: int, min_acceptance: float = 0.5, max_pause: int = 64) -> None:
         self.max_k = max_k
         self.k = max(1, max_k // 2)
         self.acceptance = 0.5  # smoothed fraction of drafted tokens kept
