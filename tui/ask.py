@@ -39,14 +39,22 @@ def run_ask(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
-                        weight_dtype=getattr(args, "weights", None))
+    if getattr(args, "backend", None):
+        from llmchat.core.ask import chat_messages
+        from llmchat.core.remote_ask import RemoteAskStream
+
+        stream = RemoteAskStream(args.backend, chat_messages(question, args.system), params, args.api_key, args.model)
+    else:
+        stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device,
+                            progress=progress, weight_dtype=getattr(args, "weights", None))
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
-    for delta in stream:
-        sys.stdout.write(out.feed(delta))
+    try:
+        for delta in stream:
+            sys.stdout.write(out.feed(delta))
+            sys.stdout.flush()
+    finally:  # the text so far stays on stdout even when the reply is cut short
+        sys.stdout.write(out.flush() + "\n")
         sys.stdout.flush()
-    sys.stdout.write(out.flush() + "\n")
-    sys.stdout.flush()
     if args.stats:
         m = stream.metrics
         print(
