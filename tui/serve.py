@@ -63,6 +63,8 @@ def run_serve(args: argparse.Namespace) -> int:
                                        access_log=False, ws="none", lifespan="off"))
     try:
         uv.run(sockets=[sock])
+    except KeyboardInterrupt:  # Ctrl+C: uvicorn has closed the connections already; a clean stop
+        pass
     finally:
         served.shutdown()
     return 0
