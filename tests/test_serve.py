@@ -11,15 +11,10 @@ import httpx
 import openai
 import pytest
 
-from serve_helpers import Server, write_tiny_model
+from serve_helpers import Server
 
 QUESTION = "What is the capital of France? Answer in one sentence."
 GREEDY = {"temperature": 0, "max_tokens": 40}
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory, default_model_dir):
-    return write_tiny_model(tmp_path_factory.mktemp("serve") / "tiny-llama", default_model_dir)
 
 
 @pytest.fixture(scope="module")
