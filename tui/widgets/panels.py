@@ -135,7 +135,8 @@ class DecodePanel(Panel):
         line(self.query_one("#requests", Static),
              f"running {stats.num_running} · waiting {stats.num_waiting} · preempted {stats.num_preemptions}")
         rate = stats.prefix_cache_hit_rate
-        line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {fmt.percent(rate) if rate == rate else NOT_REPORTED}")
+        shown = fmt.percent(rate) if rate == rate else "not reported"  # NaN: a server that does not say
+        line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {shown}")
 
 
 class KVPanel(Panel):
