@@ -200,3 +200,19 @@ def test_loopback_is_told_apart():
 
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2") and not is_loopback("example.org")
+
+
+def test_bench_serve_runs_concurrent_streaming_clients_without_errors(tiny_model_dir, tmp_path):
+    import subprocess
+
+    from serve_helpers import llmchat_exe
+
+    out = tmp_path / "serve.jsonl"
+    done = subprocess.run([llmchat_exe(), "bench", "serve", "--quick", "--model", str(tiny_model_dir),
+                           "--kv-cache-gb", "0.01", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    figures = {(r["variant"], r["metric"]): r["value"] for r in rows}
+    assert figures[("1 client", "errors")] == 0 and figures[("2 clients", "errors")] == 0
+    assert figures[("2 clients", "output tok/s (all)")] > 0 and figures[("1 client", "TTFT p50")] > 0
+    assert "serve       2 clients" in done.stdout

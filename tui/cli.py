@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
 
     bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
-    bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all)")
+    bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all); "
+                       "serve: concurrent streaming clients against llmchat serve (or --url), on its own")
+    bench.add_argument("--url", help="with serve: measure this OpenAI-compatible server instead of starting one")
     bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
     bench.add_argument("--repeats", type=int, default=None, help="runs per measurement (medians are reported)")
     bench.add_argument("--json", metavar="FILE", help="write one JSON object per measurement per line")
