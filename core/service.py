@@ -117,6 +117,15 @@ class EngineService:
         engine thread from the hash chains it kept (nothing is shipped or re-hashed)."""
         return self._call(lambda engine: engine.residency())
 
+    def prefix_tiers(self) -> Future:
+        """{conversation id: PrefixTiers}: of its prefix's full blocks, how many are resident, how many only on disk."""
+        return self._call(lambda engine: engine.prefix_tiers())
+
+    def remember(self, conversation_id: int, token_ids: list[int]) -> None:
+        """Let prefix_tiers() report a conversation this engine has not answered yet (a chat from before a restart)."""
+        ids = list(token_ids)
+        self._call(lambda engine: engine.adopt_chain(conversation_id, ids))
+
     def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
         future: Future = Future()
         if self._stopped.is_set():
@@ -144,6 +153,7 @@ class EngineService:
                             for request_id in list(self._by_request):
                                 self.engine.abort(request_id)
                             self._dispatch(self.engine.step())
+                            self.engine.close()  # the disk tier's queued writes land
                             return
                         self._handle(msg)
                 except queue.Empty:
