@@ -43,6 +43,8 @@ class ServeMetrics:
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache (not recomputed).")
         self.preemptions = counter("vllm:num_preemptions", "Requests preempted (their KV recomputed later).")
         self.finished = counter("vllm:request_success", "Requests finished, by reason.", ("finished_reason",))
+        self.disk_hits = counter("llmchat:prefix_cache_disk_hits", "Prompt tokens of the prefix-cache hits that the "
+                                 "disk tier supplied (a subset of vllm:prefix_cache_hits).")
         self.refused = counter("llmchat:requests_refused", "Requests refused (over the context, bad template...).")
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token (queue included).", labels,
                               buckets=TTFT_BUCKETS, registry=self.registry)
@@ -59,6 +61,7 @@ class ServeMetrics:
             self.prompt_tokens.labels(name).inc(len(event.prompt_ids))
             self.prefix_queries.labels(name).inc(len(event.prompt_ids))
             self.prefix_hits.labels(name).inc(event.num_cached_tokens)
+            self.disk_hits.labels(name).inc(event.num_disk_tokens)
         elif isinstance(event, Finished):
             m = event.metrics
             if event.reason.value == "error" and not event.output_ids:
@@ -107,6 +110,10 @@ class _EngineGauges:
             gauge("llmchat:kv_blocks_free", "KV blocks holding nothing.", s.num_blocks_free),
             gauge("llmchat:decode_tokens_per_second", "Decode throughput over the recent steps.", s.decode_tokens_per_s),
         ]
+        if s.disk is not None:  # the prefix cache's disk tier
+            families += [gauge("llmchat:kv_disk_bytes", "Bytes of KV blocks in the disk tier.", s.disk.num_bytes),
+                         gauge("llmchat:kv_disk_budget_bytes", "The disk tier's byte budget.", s.disk.budget_bytes),
+                         gauge("llmchat:kv_disk_entries", "KV blocks in the disk tier.", s.disk.num_entries)]
         if total is not None and s.block_size is not None:  # vLLM's way of saying the cache geometry
             info = GaugeMetricFamily("vllm:cache_config_info", "KV cache configuration.",
                                      labels=["block_size", "num_gpu_blocks", "enable_prefix_caching"])

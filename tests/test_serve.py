@@ -195,6 +195,25 @@ def test_an_api_key_is_required_when_set(tiny_model_dir):
         assert server.stop() == 0
 
 
+def test_a_restarted_server_gets_the_prefix_back_from_the_disk_tier(tiny_model_dir):
+    messages = [{"role": "user", "content": "Remember this across a restart. " * 8}]
+    flags = ("--model", str(tiny_model_dir), "--kv-cache-gb", "0.01")
+    answers = []
+    for _ in range(2):
+        server = Server(*flags)
+        try:
+            c = openai.OpenAI(base_url=server.url, api_key="-", max_retries=0)
+            answers.append(c.chat.completions.create(model="tiny-llama", messages=messages, temperature=0,
+                                                     max_tokens=4))
+            disk_hits = server.metrics()["llmchat:prefix_cache_disk_hits_total"]
+        finally:
+            assert server.stop() == 0  # Ctrl+C: the disk tier's queued writes land first
+    first, again = answers
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens // 16 * 16 == disk_hits
+    assert again.choices[0].message.content == first.choices[0].message.content
+
+
 def test_loopback_is_told_apart():
     from llmchat.tui.serve import is_loopback
 
