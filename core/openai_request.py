@@ -58,7 +58,8 @@ def decode_body(raw: bytes) -> dict:
     try:
         body = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ApiError(400, f"the request body is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        where = f"line {e.lineno} column {e.colno}"
+        raise ApiError(400, f"the request body is not valid JSON: {e.msg} at {where}") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
@@ -130,7 +131,8 @@ def _common(body: dict, max_tokens_limit: int, alias: str | None = None) -> Pars
         raise ApiError(400, f"{name} must be a whole number from 1 to {max_tokens_limit:,} (the model's context), "
                             f"got {max_tokens!r}", name)
     max_tokens = min(max_tokens, max_tokens_limit)
-    kwargs = {k: body[k] for k in ("temperature", "top_p", "top_k", "seed", "stop", "ignore_eos") if body.get(k) is not None}
+    names = ("temperature", "top_p", "top_k", "seed", "stop", "ignore_eos")
+    kwargs = {k: body[k] for k in names if body.get(k) is not None}
     if isinstance(kwargs.get("temperature"), float) and math.isnan(kwargs["temperature"]):
         raise ApiError(400, "temperature must be a number", "temperature")
     if isinstance(kwargs.get("stop"), list):

@@ -106,7 +106,8 @@ class RemoteBackend:
         try:
             listed = [m for m in response.json().get("data", []) if isinstance(m, dict) and "id" in m]
         except (ValueError, AttributeError):
-            raise RemoteError(f"{self.url}/v1/models did not answer OpenAI JSON; is it an OpenAI-compatible server?") from None
+            raise RemoteError(f"{self.url}/v1/models did not answer OpenAI JSON; "
+                              "is it an OpenAI-compatible server?") from None
         chosen = next((m for m in listed if m["id"] == model), None) if model else (listed[0] if listed else None)
         if chosen is None and model is None:
             raise RemoteError(f"{self.url} lists no model; name one with --model")
@@ -150,12 +151,13 @@ class RemoteBackend:
         f = self._figures
         with self._lock:
             live = tuple(self._live(h) for h in self._in_flight.values())
+            recent_ttft, recent_tpot = tuple(self._window.ttft), tuple(self._window.tpot)
         num_local = len(live)
         return EngineStats(
-            f.num_blocks_total, f.num_blocks_used, f.num_blocks_cached_free, f.num_blocks_free, f.block_size, None,
-            f.num_running if f.num_running is not None else num_local, f.num_waiting or 0,
+            f.num_blocks_total, f.num_blocks_used, f.num_blocks_cached_free, f.num_blocks_free, f.block_size,
+            f.kv_bytes_per_token, f.num_running if f.num_running is not None else num_local, f.num_waiting or 0,
             f.prefix_cache_hit_rate if f.prefix_cache_hit_rate is not None else float("nan"),
-            tuple(self._window.ttft), tuple(self._window.tpot),
+            recent_ttft, recent_tpot,
             f.decode_tokens_per_s if f.decode_tokens_per_s is not None else float("nan"), float("nan"),
             f.num_preemptions or 0, live,
         )
@@ -216,7 +218,8 @@ class RemoteBackend:
                 handle.response = None
             metrics = self._metrics(handle, usage)
             if reason is not FinishReason.ERROR or parts:
-                self._window.add_request(metrics)
+                with self._lock:
+                    self._window.add_request(metrics)
             self.sink(handle, Finished(handle.request_id, reason, metrics, (), "".join(parts), error))
 
     def _read_stream(self, handle: RemoteHandle, response: httpx.Response, parts: list[str]):
@@ -231,7 +234,8 @@ class RemoteBackend:
                 break
             chunk = json.loads(data)
             if isinstance(chunk, dict) and chunk.get("error"):
-                message = chunk["error"].get("message", chunk["error"]) if isinstance(chunk["error"], dict) else chunk["error"]
+                error = chunk["error"]
+                message = error.get("message", error) if isinstance(error, dict) else error
                 return FinishReason.ERROR, f"the server reported: {message}", usage
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or ():

@@ -21,7 +21,8 @@ class ServerFigures:
     num_blocks_cached_free: int | None = None
     num_blocks_free: int | None = None
     block_size: int | None = None
-    prefix_cache_hit_rate: float | None = None  # cached prompt tokens / prompt tokens looked up, since the server started
+    kv_bytes_per_token: int | None = None
+    prefix_cache_hit_rate: float | None = None  # cached / looked-up prompt tokens since the server started
     decode_tokens_per_s: float | None = None
     num_preemptions: int | None = None
 
@@ -59,10 +60,13 @@ def parse_server_metrics(text: str) -> ServerFigures:
         if free is None and used is not None and num_blocks:
             free = num_blocks - used  # vLLM does not split free blocks into empty and cached
         return ServerFigures(
-            engine, whole("vllm:num_requests_running"), whole("vllm:num_requests_waiting"), num_blocks, used,
-            whole("llmchat:kv_blocks_cached_free"), free, _int(info.get("block_size")),
-            hits / queries if queries else None, total("llmchat:decode_tokens_per_second"),
-            whole("vllm:num_preemptions_total"),
+            engine, num_running=whole("vllm:num_requests_running"), num_waiting=whole("vllm:num_requests_waiting"),
+            num_blocks_total=num_blocks, num_blocks_used=used, num_blocks_free=free,
+            num_blocks_cached_free=whole("llmchat:kv_blocks_cached_free"), block_size=_int(info.get("block_size")),
+            kv_bytes_per_token=whole("llmchat:kv_bytes_per_token"),
+            prefix_cache_hit_rate=hits / queries if queries else None,
+            decode_tokens_per_s=total("llmchat:decode_tokens_per_second"),
+            num_preemptions=whole("vllm:num_preemptions_total"),
         )
     if any(name.startswith("sglang:") for name in samples):
         return ServerFigures("sglang", whole("sglang:num_running_reqs"), whole("sglang:num_queue_reqs"),

@@ -85,7 +85,8 @@ class ServedEngine:
     def _sink(self, handle: RequestHandle, event: EngineEvent) -> None:
         self.metrics.on_event(event)
         with self._lock:
-            route = self._routes.pop(handle.handle_id) if isinstance(event, Finished) else self._routes.get(handle.handle_id)
+            routes = self._routes
+            route = routes.pop(handle.handle_id) if isinstance(event, Finished) else routes.get(handle.handle_id)
         if route is None:
             return
         loop, queue = route

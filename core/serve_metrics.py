@@ -40,7 +40,7 @@ class ServeMetrics:
         self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of requests that started.")
         self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
         self.prefix_queries = counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
-        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache (not recomputed).")
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache (reused).")
         self.preemptions = counter("vllm:num_preemptions", "Requests preempted (their KV recomputed later).")
         self.finished = counter("vllm:request_success", "Requests finished, by reason.", ("finished_reason",))
         self.disk_hits = counter("llmchat:prefix_cache_disk_hits", "Prompt tokens of the prefix-cache hits that the "
@@ -108,7 +108,8 @@ class _EngineGauges:
             gauge("llmchat:kv_blocks_cached_free", "Free KV blocks still holding a reusable prefix (LRU-evictable).",
                   s.num_blocks_cached_free),
             gauge("llmchat:kv_blocks_free", "KV blocks holding nothing.", s.num_blocks_free),
-            gauge("llmchat:decode_tokens_per_second", "Decode throughput over the recent steps.", s.decode_tokens_per_s),
+            gauge("llmchat:kv_bytes_per_token", "Bytes of K and V per token, all layers.", s.kv_bytes_per_token),
+            gauge("llmchat:decode_tokens_per_second", "Decode tokens/s, recent steps.", s.decode_tokens_per_s),
         ]
         if s.disk is not None:  # the prefix cache's disk tier
             families += [gauge("llmchat:kv_disk_bytes", "Bytes of KV blocks in the disk tier.", s.disk.num_bytes),

@@ -91,6 +91,7 @@ def test_a_remote_chat_streams_events_in_order_and_reports_what_the_server_says(
         stats = backend.stats()
         assert stats.num_blocks_total == server.metrics()["llmchat:kv_blocks_total"]
         assert stats.num_blocks_used == 0 and stats.num_running == 0 and 0 < stats.prefix_cache_hit_rate < 1
+        assert stats.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 KV heads of 16, fp32
         assert stats.recent_ttft == (m.ttft, second.metrics.ttft)
         assert backend.residency().result() == {}
     finally:
@@ -202,3 +203,4 @@ def test_our_own_metrics_read_back_as_what_the_engine_said():
     assert (ours.num_blocks_total, ours.num_blocks_used, ours.num_blocks_cached_free, ours.num_blocks_free) == \
         (512, 40, 100, 372)
     assert (ours.num_running, ours.num_waiting, ours.block_size, ours.decode_tokens_per_s) == (2, 3, 16, 10.0)
+    assert ours.kv_bytes_per_token == 1000
