@@ -196,7 +196,8 @@ def test_an_api_key_is_required_when_set(tiny_model_dir):
 
 
 def test_a_restarted_server_gets_the_prefix_back_from_the_disk_tier(tiny_model_dir):
-    messages = [{"role": "user", "content": "Remember this across a restart. " * 8}]
+    messages = [{"role": "system", "content": "A system prompt no other test uses (its blocks are new)."},
+                {"role": "user", "content": "Remember this across a restart. " * 8}]
     flags = ("--model", str(tiny_model_dir), "--kv-cache-gb", "0.01")
     answers = []
     for _ in range(2):

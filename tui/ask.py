@@ -39,21 +39,17 @@ def run_ask(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-<<<<<<< HEAD
     if getattr(args, "backend", None):
         from llmchat.core.ask import chat_messages
         from llmchat.core.remote_ask import RemoteAskStream
 
         stream = RemoteAskStream(args.backend, chat_messages(question, args.system), params, args.api_key, args.model)
     else:
-        stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device,
-                            progress=progress, weight_dtype=getattr(args, "weights", None))
-=======
-    from llmchat.tui.cli import kv_disk_bytes
+        from llmchat.tui.cli import kv_disk_bytes
 
-    stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
-                        weight_dtype=getattr(args, "weights", None), kv_disk_bytes=kv_disk_bytes(args))
->>>>>>> main
+        stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device,
+                            progress=progress, weight_dtype=getattr(args, "weights", None),
+                            kv_disk_bytes=kv_disk_bytes(args))
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
     try:
         for delta in stream:
