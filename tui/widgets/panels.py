@@ -84,7 +84,7 @@ class LatencyPanel(Panel):
             else:
                 note = "this turn: waiting for its first token…"
         line(self.query_one("#ttft", Static),
-             f"TTFT {fmt.seconds(ttft)} · queue + prefill" + (f"\n     (queued {fmt.seconds(queue)})" if queue else ""))
+             f"TTFT {fmt.seconds(ttft)} · queue + prefill" + (f"\n     (queued {fmt.seconds(queue)})" if queue and queue == queue else ""))
         line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(tpot)} · one decode step")
         show_history(self.query_one("#ttft-history", Sparkline), [m.ttft for m in history])
         show_history(self.query_one("#tpot-history", Sparkline), [m.tpot for m in history])
