@@ -72,7 +72,7 @@ def reused_detail(m: RequestMetrics) -> str:
 def disk_tier(d: DiskTierStats) -> str:
     """'disk 1,234 blocks · 870.2 MiB of 4 GB' and 'disk hits 120 blocks this run'."""
     corrupt = f" · bad {d.session.num_corrupt}" if d.session.num_corrupt else ""
-    return (f"disk {d.num_entries:,} blocks · {nbytes(d.num_bytes)} of {d.budget_bytes / 1e9:g} GB\n"
+    return (f"disk {d.num_entries:,} blocks · {nbytes(d.num_bytes)} of {d.budget_bytes / 1e9:.3g} GB\n"
             f"disk hits {d.session.num_hits:,} blocks this run{corrupt}")
 
 
