@@ -76,6 +76,12 @@ class EngineService:
         snapshot = (conversation.template_messages(), list(conversation.token_ids))  # read now, on this thread
         return self._put("submit", snapshot, params, conversation_id)
 
+    def submit_messages(self, messages: list[dict], token_ids: list[int] | tuple[int, ...], params: SamplingParams,
+                        tag: Hashable | None = None) -> RequestHandle:
+        """Answer template messages (the last one a user message); `token_ids` are ids already fed and
+        generated for their beginning (core/prompt.py checks them), () for none."""
+        return self._put("submit", (list(messages), list(token_ids)), params, tag)
+
     def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None) -> RequestHandle:
         """A request whose prompt is already tokenized (benchmarks, completions)."""
         return self._put("submit_ids", list(prompt_ids), params, tag)
@@ -93,6 +99,11 @@ class EngineService:
             return False
         self._inbox.put(("cancel", handle))
         return True
+
+    @property
+    def alive(self) -> bool:
+        """False once the step loop has stopped (shut down, or it died)."""
+        return not self._stopped.is_set()
 
     def stats(self) -> EngineStats:
         with self._stats_lock:

@@ -72,3 +72,11 @@ def tiny_model(default_model_dir):
     torch.manual_seed(0)
     model = build_model(cfg, None)
     return LoadedModel(default_model_dir, cfg, model, tokenizer, 0.0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
+    """A tiny random model as an ordinary Hugging Face folder (the real tokenizer), for `llmchat serve --model`."""
+    from serve_helpers import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("serve") / "tiny-llama", default_model_dir)
