@@ -31,6 +31,8 @@ def isolated_cache_dir(folder: Path) -> Path:
 def _own_cache_dir(tmp_path_factory, monkeypatch):
     """Every test (and every command it starts) gets its own cache dir (see isolated_cache_dir)."""
     monkeypatch.setenv("LLMCHAT_CACHE_DIR", str(isolated_cache_dir(tmp_path_factory.mktemp("cache"))))
+    # and no config file unless the test writes one: the user's own ~/.config/llmchat/config.toml stays out
+    monkeypatch.setenv("LLMCHAT_CONFIG", str(tmp_path_factory.mktemp("config") / "config.toml"))
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from textual.app import SystemCommand
 from textual.screen import Screen
 
 from llmchat.core.conversation import ChatSettings
+from llmchat.tui.config_command import chat_defaults
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from llmchat.tui.session import ChatSession
@@ -44,8 +45,7 @@ class ChatActions(_Base):
             self.chat_screen.prompt.focus()  # already on an empty chat
             return
         settings = current.settings if current else ChatSettings()
-        record = self.store.create_chat(ChatSettings(settings.system_prompt, settings.temperature,
-                                                     settings.top_p, settings.max_tokens))
+        record = self.store.create_chat(chat_defaults(self.user_config, settings))  # (the file's defaults win)
         self.sessions[record.chat_id] = ChatSession(record)
         await self.refresh_chat_list()
         await self.open_chat(record.chat_id)

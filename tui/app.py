@@ -20,9 +20,11 @@ from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
+from llmchat.core.conversation import ChatSettings
 from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory
+from llmchat.tui.config_command import chat_defaults, start_theme
 from llmchat.tui.messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
     TurnFinished,
@@ -36,6 +38,7 @@ from llmchat.tui.widgets.prompt_input import PromptInput
 
 if TYPE_CHECKING:
     from llmchat.core.config import EngineConfig
+    from llmchat.core.user_config import UserConfig
     from llmchat.tui.bridge import EngineFactory
 
 STATS_INTERVAL_S = 0.25  # panels refresh at 4 Hz at most
@@ -63,7 +66,8 @@ class LlmChatApp(ChatActions, App):
     ]
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
-                 model: str | None = None, engine_config: "EngineConfig | None" = None) -> None:
+                 model: str | None = None, engine_config: "EngineConfig | None" = None,
+                 user_config: "UserConfig | None" = None, config_problem: str | None = None) -> None:
         super().__init__()
         self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
         if engine_factory is None:
@@ -84,7 +88,11 @@ class LlmChatApp(ChatActions, App):
         self.prefix_tiers: dict = {}  # chat id -> metrics.PrefixTiers (resident / disk only), where the backend tells
         self._resident_asked = 0.0
         self.chat_screen = ChatScreen()
-        self.theme = self.store.get_setting("theme", THEMES[0]) or THEMES[0]
+        self.user_config = user_config  # the config file's settings (None: none read)
+        theme, theme_problem = start_theme(user_config, self.available_themes,
+                                           self.store.get_setting("theme", THEMES[0]) or THEMES[0])
+        self.config_problems = [p for p in (config_problem, theme_problem) if p]
+        self.theme = theme
 
     # -- start ------------------------------------------------------------------------------
     async def on_mount(self) -> None:
@@ -93,8 +101,10 @@ class LlmChatApp(ChatActions, App):
                         description="load the model and start the engine")
         for summary in self.store.list_chats():
             self.sessions[summary.chat_id] = ChatSession(self.store.load_chat(summary.chat_id))
+        for problem in self.config_problems:  # a malformed config file: one line, the app on its defaults
+            self.notify(problem, severity="warning", timeout=10)
         if not self.sessions:
-            record = self.store.create_chat()
+            record = self.store.create_chat(chat_defaults(self.user_config, ChatSettings()))
             self.sessions[record.chat_id] = ChatSession(record)
         await self.chat_screen.chat_list.show(self.ordered_sessions(), None)
         await self.open_chat(self.ordered_sessions()[0].chat_id)
@@ -339,7 +349,9 @@ def run_app(args: argparse.Namespace) -> int:
 
         factory = remote_engine_factory(args.backend, args.api_key, getattr(args, "model", None))
     try:
-        app = LlmChatApp(data_dir, factory, model=getattr(args, "model", None), engine_config=config)
+        app = LlmChatApp(data_dir, factory, model=getattr(args, "model", None), engine_config=config,
+                         user_config=getattr(args, "user_config", None),
+                         config_problem=getattr(args, "config_problem", None))
     except DataDirInUse as e:
         print(f"llmchat: {e}", file=sys.stderr)
         return 2

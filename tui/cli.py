@@ -60,10 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_remote_args(ask)
     ask.add_argument("question", help="the question, or - to read it from stdin")
     ask.add_argument("--system", help="system prompt (default: the model's own)")
-    ask.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (default 0.7)")
-    ask.add_argument("--top-p", type=float, default=1.0)
-    ask.add_argument("--top-k", type=int, default=0)
-    ask.add_argument("--max-tokens", type=int, default=512)
+    ask.add_argument("--temperature", type=float, default=None, help="0 = greedy (default 0.7)")
+    ask.add_argument("--top-p", type=float, default=None, help="(default 1.0)")
+    ask.add_argument("--top-k", type=int, default=None, help="(default 0: off)")
+    ask.add_argument("--max-tokens", type=int, default=None, help="(default 512)")
     ask.add_argument("--seed", type=int, default=None)
     ask.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     ask.add_argument("--stats", action="store_true", help="print TTFT and TPOT to stderr")
@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("markdown", "json"), default="markdown")
     export.add_argument("-o", "--output", help="write to this file (default: stdout)")
     export.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
+
+    sub.add_parser("config", help="show the config file's path and the effective settings (flags > file > defaults)")
 
     cache = sub.add_parser("cache", help="the prefix cache's disk tier: size, entries, hit counts; --clear empties it")
     cache.add_argument("--clear", action="store_true", help="remove every stored KV block")
@@ -137,6 +139,14 @@ def kv_disk_bytes(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "config":
+            from llmchat.tui.config_command import run_config
+
+            return run_config(args)
+        if args.command in (None, "ask", "serve", "bench"):  # the config file fills the flags not given
+            from llmchat.tui.config_command import load_into_args
+
+            load_into_args(args)
         if args.command == "ask":
             from llmchat.tui.ask import run_ask
 
