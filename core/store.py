@@ -282,6 +282,21 @@ class ChatStore:
             chat_id = cur.lastrowid
         return self.load_chat(chat_id)
 
+    def import_chat(self, record: Conversation) -> Conversation:
+        """A whole chat from elsewhere (an export): its settings, ids and messages, in one transaction."""
+        s = record.settings
+        with self._tx() as db:
+            chat_id = db.execute(
+                "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
+                " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.title, int(record.title_auto), record.created_at, record.updated_at, s.system_prompt,
+                 s.temperature, s.top_p, s.max_tokens, ids_to_blob(record.token_ids)),
+            ).lastrowid
+            imported = Conversation(chat_id, record.title, record.title_auto, record.created_at, record.updated_at,
+                                    s, record.token_ids, [])
+            self.add_messages(imported, *record.messages)
+        return self.load_chat(chat_id)
+
     def list_chats(self) -> list[ChatSummary]:
         """Every chat, most recently active first."""
         with self._lock:

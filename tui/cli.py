@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="write to this file (default: stdout)")
     export.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
 
+    imported = sub.add_parser("import", help="add a chat from an llmchat export (JSON: with its token ids; Markdown)")
+    imported.add_argument("file", metavar="FILE", help="a file `llmchat export` (or the app's Export) wrote")
+    imported.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
+
     sub.add_parser("config", help="show the config file's path and the effective settings (flags > file > defaults)")
 
     cache = sub.add_parser("cache", help="the prefix cache's disk tier: size, entries, hit counts; --clear empties it")
@@ -169,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
             from llmchat.tui.cache_command import run_cache
 
             return run_cache(args)
+        if args.command == "import":
+            from llmchat.tui.import_command import run_import
+
+            return run_import(args)
         if args.command == "export":
             from llmchat.tui.export import run_export
 
