@@ -38,6 +38,7 @@ class Sequence:
     finish_reason: FinishReason | None = None
     timings: RequestTimings = field(default_factory=RequestTimings)
     generator: torch.Generator | None = None
+    use_prefix_cache: bool = True  # False: computed from scratch and never cached (the cache exactness check)
 
     @property
     def num_tokens(self) -> int:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
+from llmchat.core.cache_explainer import PromptContext
 from llmchat.core.conversation import Conversation
 from llmchat.core.engine import LLMEngine
 from llmchat.core.events import EngineEvent, Finished
@@ -73,18 +74,21 @@ class EngineService:
     # -- any thread -------------------------------------------------------------------------
     def submit(self, conversation_id: int, conversation: Conversation, params: SamplingParams) -> RequestHandle:
         """Answer the conversation's last user message; its template is rendered on the engine thread."""
-        snapshot = (conversation.template_messages(), list(conversation.token_ids))  # read now, on this thread
+        snapshot = (conversation.template_messages(), list(conversation.token_ids),  # read now, on this thread
+                    conversation.settings.system_prompt)
         return self._put("submit", snapshot, params, conversation_id)
 
-    def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None) -> RequestHandle:
-        """A request whose prompt is already tokenized (benchmarks, completions)."""
-        return self._put("submit_ids", list(prompt_ids), params, tag)
+    def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None,
+                   use_prefix_cache: bool = True) -> RequestHandle:
+        """A request whose prompt is already tokenized (benchmarks, completions, the cache exactness check)."""
+        return self._put("submit_ids", list(prompt_ids), params, tag, use_prefix_cache)
 
-    def _put(self, kind: str, prompt: object, params: SamplingParams, tag: Hashable | None) -> RequestHandle:
+    def _put(self, kind: str, prompt: object, params: SamplingParams, tag: Hashable | None,
+             use_prefix_cache: bool = True) -> RequestHandle:
         if self._stopped.is_set():
             raise RuntimeError("the engine is shut down")
         handle = RequestHandle(next(self._ids), owner=self, tag=tag)
-        self._inbox.put((kind, handle, prompt, params))
+        self._inbox.put((kind, handle, prompt, params, use_prefix_cache))
         return handle
 
     def cancel(self, handle: RequestHandle) -> bool:
@@ -155,15 +159,17 @@ class EngineService:
 
     def _handle(self, msg: tuple) -> None:
         if msg[0] in ("submit", "submit_ids"):
-            kind, handle, prompt, params = msg
+            kind, handle, prompt, params, use_prefix_cache = msg
+            context = None
             if kind == "submit":
                 try:
-                    messages, token_ids = prompt
+                    messages, token_ids, system_prompt = prompt
                     prompt = prompt_ids_for(self.engine.tokenizer, messages, token_ids)
                 except Exception as e:  # noqa: BLE001 - a template that rejects the messages: this request only
                     self._refuse(handle, f"the chat template failed: {type(e).__name__}: {e}")
                     return
-            request_id = self.engine.add_request(prompt, params, handle.tag)
+                context = PromptContext(tuple(token_ids), system_prompt, has_system_prompt=True)
+            request_id = self.engine.add_request(prompt, params, handle.tag, context, use_prefix_cache)
             handle.request_id = request_id
             self._by_request[request_id] = handle
             self._request_of[handle.handle_id] = request_id
