@@ -14,9 +14,11 @@ import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
+from llmchat.core.block_map import block_map_of
 from llmchat.core.cache_explainer import PromptContext
 from llmchat.core.conversation import Conversation
 from llmchat.core.engine import LLMEngine
+from llmchat.core.engine_facts import facts_of
 from llmchat.core.events import EngineEvent, Finished
 from llmchat.core.metrics import EngineStats, RequestMetrics
 from llmchat.core.prompt import prompt_ids_for
@@ -109,6 +111,14 @@ class EngineService:
         """{conversation id: KV block ids holding its cached prefix and its reply in flight}, read on the
         engine thread from the hash chains it kept (nothing is shipped or re-hashed)."""
         return self._call(lambda engine: engine.residency())
+
+    def block_map(self) -> Future:
+        """A BlockMap of every KV block (core/block_map.py) and the EngineStats of the same moment."""
+        return self._call(lambda engine: block_map_of(engine.block_manager, engine.residency(), engine.stats()))
+
+    def facts(self, copy_gb_s: float | None = None) -> Future:
+        """EngineFacts (core/engine_facts.py): the live numbers of the misconceptions screen."""
+        return self._call(lambda engine: facts_of(engine, copy_gb_s))
 
     def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
         future: Future = Future()

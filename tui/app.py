@@ -23,6 +23,7 @@ from textual.css.query import NoMatches
 from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory
+from llmchat.tui.chat_ops import ChatOps
 from llmchat.tui.messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, ResidentBlocks, SaveFailed, TurnFinished,
     TurnRefused, TurnStarted,
@@ -43,7 +44,7 @@ NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
 
 
-class LlmChatApp(ChatActions, App):
+class LlmChatApp(ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
@@ -59,6 +60,15 @@ class LlmChatApp(ChatActions, App):
         Binding("ctrl+b", "toggle_panels", "Panels", show=False),
         Binding("ctrl+up,alt+up", "switch(-1)", "Previous chat", show=False),
         Binding("ctrl+down,alt+down", "switch(1)", "Next chat", show=False),
+        # cache operations (tui/chat_ops.py), listed on the F1 screen and in the palette
+        Binding("ctrl+g", "regenerate", "Regenerate", show=False),
+        Binding("f2", "edit_last", "Edit & resend", show=False),
+        Binding("f3", "fork_last", "Fork", show=False),
+        Binding("f4", "undo_turn", "Undo turn", show=False),
+        Binding("f5", "verify_cache", "Verify cache", show=False),
+        Binding("f8", "block_map", "Block map", show=False),
+        Binding("f9", "explain_last", "Why this reuse", show=False),
+        Binding("f1", "cache_help", "Cache facts & keys", show=False),
     ]
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
@@ -80,6 +90,7 @@ class LlmChatApp(ChatActions, App):
         self._last_stats = None
         self._shut_down = False
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
+        self.cache_checks: dict = {}  # chat id -> its last CacheCheck (Verify cache)
         self._resident_asked = 0.0
         self.chat_screen = ChatScreen()
         self.theme = self.store.get_setting("theme", THEMES[0]) or THEMES[0]
@@ -114,6 +125,8 @@ class LlmChatApp(ChatActions, App):
         self.chat_screen.show_engine_ready(msg.info)
         self.show_header()
         self.notify(f"{msg.info.model_name} ready ({msg.info.load_seconds:.1f} s)", timeout=3)
+        self.run_worker(self.copy_bandwidth, thread=True, group="machine", exit_on_error=False,
+                        description="measure the memory copy bandwidth once (cached)")
 
     def on_engine_failed(self, msg: EngineFailed) -> None:
         self.chat_screen.show_engine_failed(msg.error)
