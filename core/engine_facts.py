@@ -44,7 +44,7 @@ class EngineFacts:
     kv_bytes_per_token: int  # layers x 2 (K, V) x KV heads x head dim x element size
     kv_bytes_per_token_without_gqa: int  # the same with as many KV heads as query heads
     batch: tuple[BatchPoint, ...]  # from the recent pure-decode steps, by batch size
-    context: tuple[ContextPoint, ...]  # the shortest and the longest single-sequence context seen
+    context: tuple[ContextPoint, ...]  # single-sequence steps: medians of the shortest and the longest third
     advertised_context: int
     kv_capacity_tokens: int  # what the KV budget holds, all chats together
 
@@ -87,10 +87,13 @@ def facts_of(engine, copy_gb_s: float | None) -> EngineFacts:
             single.append(ContextPoint((s.bytes_read - engine.weight_bytes) // kv.bytes_per_token, s.seconds))
     batch = tuple(BatchPoint(n, len(t), statistics.median(t), n / statistics.median(t))
                   for n, t in sorted(by_size.items()))
-    context = ()
-    if single:
-        lo, hi = min(single, key=lambda p: p.context_tokens), max(single, key=lambda p: p.context_tokens)
-        context = (lo, hi) if hi.context_tokens > lo.context_tokens else (lo,)
+    context: tuple[ContextPoint, ...] = ()
+    single.sort(key=lambda p: p.context_tokens)
+    third = len(single) // 3
+    if third and single[-1].context_tokens > single[0].context_tokens:  # the shortest and longest thirds' medians
+        context = tuple(ContextPoint(int(statistics.median(p.context_tokens for p in part)),
+                                     statistics.median(p.step_seconds for p in part))
+                        for part in (single[:third], single[-third:]))
     return EngineFacts(
         engine.stats(), copy_gb_s, engine.weight_bytes, flops_per_token(cfg), window.prefill_rate(),
         cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, element_size,

@@ -43,9 +43,18 @@ def start_cache_check(app: "LlmChatApp") -> None:
         app.call_from_thread(finished, check)
 
     def finished(check: "CacheCheck") -> None:
+        from llmchat.tui.session import Banner
+
         app.cache_checks[chat_id] = check
-        app.notify(f"#{chat_id} {check_text(check)}", severity="information" if check.identical else "error",
-                   timeout=12, markup=False)
+        checked = app.sessions.get(chat_id)
+        if checked is None:  # deleted meanwhile
+            return
+        checked.banner = Banner("info" if check.identical else "error", check_text(check))
+        if app.current_id == chat_id:
+            app.chat_screen.show_banner(checked.banner)
+        else:
+            app.notify(f"#{chat_id} {check_text(check)}", severity="information" if check.identical else "error",
+                       timeout=12, markup=False)
 
     app.notify(f"Verifying the cache on chat #{chat_id}'s last turn ({end - start:,} tokens, twice)…", timeout=3)
     app.run_worker(work, thread=True, group="verify-cache", exit_on_error=False, description="verify the cache")

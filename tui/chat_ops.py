@@ -64,9 +64,11 @@ class ChatOps(_Base):
         if len(messages) < 2 or messages[-1].role != "assistant":
             self.notify("No reply to regenerate yet", severity="warning")
             return
+        user = messages[-2]
         removed = session.conversation.drop_last_reply()
         self.store.truncate(session.conversation, [removed])
-        await self.chat_screen.transcript.remove_message(removed)
+        for message in (removed, user):  # the new turn shows both again
+            await self.chat_screen.transcript.remove_message(message)
         if not self.turns.resend(session):
             await self.chat_screen.transcript.show(session)
 

@@ -70,7 +70,7 @@ def facts_text(f: EngineFacts, check_line: str | None) -> str:
     if len(f.context) == 2:
         lo, hi = f.context
         lines.append(f"   TPOT {fmt.ms(lo.step_seconds)} at {lo.context_tokens:,} tokens of context, "
-                     f"{fmt.ms(hi.step_seconds)} at {hi.context_tokens:,} (recent single-chat steps)")
+                     f"{fmt.ms(hi.step_seconds)} at {hi.context_tokens:,} (medians of recent single-chat steps)")
     else:
         lines.append("   (needs single-chat decode steps at two different context lengths)")
     lines += [
