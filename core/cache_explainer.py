@@ -13,8 +13,10 @@ Causes, checked in this order (the first that explains the miss wins):
 - template:      the chat template re-rendered earlier turns differently, so the prompt is not the kept
                  ids + new ids (first divergent position, and the token there in both);
 - evicted:       blocks this chat had computed were evicted (LRU) to make room (how many, how long ago);
-- disk:          (reserved for the disk tier: a hit, miss or corrupt entry below the memory tier);
-- not-cached:    the tokens were fed before but never cached by this engine (a restart, say);
+- disk-corrupt:  the disk tier had the next block but its entry failed verification (removed, recomputed);
+- disk-miss:     known blocks are neither resident nor in the disk tier (evicted from memory, or from an
+                 earlier run, and not or no longer on disk);
+- not-cached:    the tokens were fed before but never cached by this engine (a restart, say; no disk tier);
 - partial-block: reuse reached every full block it could and the prompt has no new text (a regenerate):
                  the rest sits in the last, partial block (blocks are cached only when full) and is computed
                  again (`num_recomputed_tokens` is its cost);
@@ -26,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-CAUSES = ("cache-off", "model", "system-prompt", "template", "evicted", "disk", "not-cached", "partial-block",
-          "new-text")
+CAUSES = ("cache-off", "model", "system-prompt", "template", "disk-corrupt", "evicted", "disk-miss", "not-cached",
+          "partial-block", "new-text")
+DISK = ("off", "unused", "hit", "miss", "corrupt")  # the disk tier's part in the lookup
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,8 @@ class CacheExplanation:
     num_evicted_blocks: int = 0  # of the known blocks after the reused prefix, how many were LRU-evicted
     evicted_seconds_ago: float | None = None  # since the first of them was evicted
     num_preemptions: int = 0  # this request was preempted (its KV freed and recomputed) this many times
+    num_disk_tokens: int = 0  # of num_cached_tokens, how many the disk tier supplied
+    disk: str = "off"  # one of DISK: off (no tier), unused, hit (some reuse came from disk), miss, corrupt
 
     @property
     def num_new_tokens(self) -> int:
@@ -92,17 +97,26 @@ def explain_reuse(
     evicted_at: Callable[[bytes], float | None] = lambda h: None,
     now: float = 0.0,
     token_text: Callable[[int], str] = str,
+    disk_on: bool = False,
+    num_disk_tokens: int = 0,
+    num_disk_failed_blocks: int = 0,
+    on_disk: Callable[[bytes], bool] = lambda h: False,
 ) -> CacheExplanation:
-    """`block_hashes`: the prompt's chain hashes (full blocks); `evicted_at`: the eviction log's lookup."""
+    """`block_hashes`: the prompt's chain hashes (full blocks); `evicted_at`: the eviction log's lookup;
+    disk_on: the disk tier is on (`num_disk_tokens` came from it, `num_disk_failed_blocks` entries failed to
+    load, `on_disk` says whether it has a block)."""
     context = context or PromptContext()
     num_prompt = len(prompt_ids)
     kept = context.kept_ids
     earlier = max((kept, prior.token_ids if prior else ()), key=lambda ids: common_prefix(prompt_ids, ids))
     num_known = common_prefix(prompt_ids, earlier)
-    base = dict(num_prompt_tokens=num_prompt, num_cached_tokens=num_cached_tokens, block_size=block_size)
+    disk = ("corrupt" if num_disk_failed_blocks else "hit" if num_disk_tokens else "unused") if disk_on else "off"
+    base = dict(num_prompt_tokens=num_prompt, num_cached_tokens=num_cached_tokens, block_size=block_size,
+                num_disk_tokens=num_disk_tokens)
 
     def made(cause: str, known: int = num_known, **extra) -> CacheExplanation:
         recomputed = max(0, min(known, num_prompt) - num_cached_tokens)
+        extra.setdefault("disk", disk)
         return CacheExplanation(cause, num_known_tokens=known, num_recomputed_tokens=recomputed, **base, **extra)
 
     if not caching:
@@ -126,10 +140,14 @@ def explain_reuse(
     reusable = max(0, min(num_computed_before, num_prompt - 1)) // block_size * block_size
     if num_cached_tokens >= reusable:  # every full block it could: what follows is new text, or only the
         return made("new-text" if num_known < num_prompt else "partial-block")  # last partial block (regenerate)
+    if num_disk_failed_blocks:
+        return made("disk-corrupt")
     missing = block_hashes[num_cached_tokens // block_size : reusable // block_size]
     times = [t for h in missing if (t := evicted_at(h)) is not None]
+    evicted = {}
     if times:
         first = evicted_at(missing[0]) if missing else None
-        age = now - (first if first is not None else max(times))
-        return made("evicted", num_evicted_blocks=len(times), evicted_seconds_ago=age)
-    return made("not-cached")
+        evicted = dict(num_evicted_blocks=len(times), evicted_seconds_ago=now - (first if first is not None else max(times)))
+    if disk_on and missing and not on_disk(missing[0]):
+        return made("disk-miss", disk="miss", **evicted)
+    return made("evicted", **evicted) if times else made("not-cached")

@@ -92,6 +92,8 @@ class EngineConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     enable_prefix_caching: bool = True
+    kv_disk_bytes: int = 0  # the prefix cache's disk tier budget; 0: off (the command line turns it on by default)
+    kv_disk_dir: str | None = None  # None: <cache dir>/kv
     kernel_backend: str | None = None  # None: triton on CUDA, torch otherwise (resolved once, by the runner)
 
     def __post_init__(self) -> None:
@@ -99,3 +101,5 @@ class EngineConfig:
             raise ValueError(f"block_size must be a power of two, got {self.block_size}")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be at least 1")
+        if self.kv_disk_bytes < 0:
+            raise ValueError("the disk tier's budget (--kv-disk-gb) must not be negative")

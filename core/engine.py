@@ -13,8 +13,9 @@ from llmchat.core.cache_explainer import PromptContext
 from llmchat.core.config import EngineConfig
 from llmchat.core.events import EngineEvent, Finished, Started, TextDelta
 from llmchat.core.kv_cache import PagedKVCache, default_kv_cache_bytes
+from llmchat.core.kv_disk import KVDiskTier, kv_disk_root
 from llmchat.core.loader import LoadedModel
-from llmchat.core.metrics import EngineStats, LiveRequest, RequestMetrics, StatsWindow, StepStats, now
+from llmchat.core.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics, StatsWindow, StepStats, now
 from llmchat.core.reuse_memory import ReuseMemory
 from llmchat.core.runner import ModelRunner
 from llmchat.core.sampling import SamplingParams
@@ -55,7 +56,12 @@ class LLMEngine:
             self.kv_cache.num_blocks, config.block_size, config.enable_prefix_caching,
             model_fingerprint(loaded, dtype_name),
         )
-        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.kv_disk: KVDiskTier | None = None
+        if config.kv_disk_bytes > 0 and config.enable_prefix_caching:
+            self.kv_disk = KVDiskTier.open(kv_disk_root(config.kv_disk_dir), config.kv_disk_bytes, self.kv_cache,
+                                           self.block_manager)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
+                                   self.kv_disk)
         self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)
         self.max_context = loaded.config.max_position_embeddings
         self.weight_bytes = model.weight_bytes()
@@ -66,7 +72,8 @@ class LLMEngine:
         self._pending: list[EngineEvent] = []
         self._tags: dict[int, Hashable] = {}  # request id -> the conversation it answers (if the client said)
         self._chains: OrderedDict[Hashable, list[bytes]] = OrderedDict()  # tag -> block hashes of its last request
-        self.reuse = ReuseMemory(self.block_manager, lambda token_id: self.tokenizer.decode([token_id]))
+        self.reuse = ReuseMemory(self.block_manager, lambda token_id: self.tokenizer.decode([token_id]),
+                                 lambda: self.kv_disk)
 
     MAX_REMEMBERED_CHAINS = 256
 
@@ -145,8 +152,8 @@ class LLMEngine:
         batch, dropped = self.scheduler.schedule()
         for seq in dropped:
             events.extend(self._finish_stream(seq, "the KV cache is too small to continue this reply; raise --kv-cache-gb"))
-        for num_prompt, num_cached in self.scheduler.lookups:
-            self.window.add_lookup(num_prompt, num_cached)
+        for num_prompt, num_cached, num_disk in self.scheduler.lookups:
+            self.window.add_lookup(num_prompt, num_cached, num_disk)
         self.scheduler.lookups.clear()
         if not batch.seqs:
             return events
@@ -156,9 +163,11 @@ class LLMEngine:
                 seq.timings.scheduled = start
                 self.reuse.admitted(seq)
                 events.append(Started(seq.request_id, tuple(seq.token_ids[: seq.num_prompt_tokens]),
-                                      max(seq.num_cached_tokens, 0)))
+                                      max(seq.num_cached_tokens, 0), seq.num_disk_tokens))
         tokens = self.runner.run(batch)
-        self.scheduler.postprocess(batch)
+        newly_hashed = self.scheduler.postprocess(batch)
+        if self.kv_disk is not None and newly_hashed:
+            self.kv_disk.save(newly_hashed)
         end = now()
         self.window.add_step(self._step_stats(batch, end - start))
         for seq, token in zip(batch.seqs, tokens):
@@ -190,10 +199,7 @@ class LLMEngine:
         tag = self._tags.pop(seq.request_id, None)
         self.reuse.remember(seq)
         if tag is not None:
-            self._chains[tag] = list(seq.block_hashes)
-            self._chains.move_to_end(tag)
-            while len(self._chains) > self.MAX_REMEMBERED_CHAINS:
-                self._chains.popitem(last=False)
+            self._remember_chain(tag, seq.block_hashes)
         events: list[EngineEvent] = []
         if not stream.stop.stopped:
             tail, stopped = stream.stop.feed(stream.detok.flush())
@@ -208,7 +214,8 @@ class LLMEngine:
 
     def _finished(self, seq: Sequence, error: str | None, text: str = "") -> Finished:
         metrics = RequestMetrics.from_timings(
-            seq.timings, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0), seq.num_preemptions
+            seq.timings, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0), seq.num_preemptions,
+            num_disk_tokens=seq.num_disk_tokens,
         )
         return Finished(seq.request_id, seq.finish_reason, metrics, tuple(seq.output_ids), text, error,
                         self.reuse.pop(seq))
@@ -238,6 +245,8 @@ class LLMEngine:
             decode_bandwidth_gb_s=gb_per_s,
             num_preemptions=self.window.num_preemptions,
             requests=tuple(self._live(seq) for seq in (*self.scheduler.running, *self.scheduler.waiting)),
+            disk=self.kv_disk.stats() if self.kv_disk is not None else None,
+            prefix_disk_hit_rate=self.window.disk_hit_rate(),
         )
 
     @staticmethod
@@ -258,3 +267,36 @@ class LLMEngine:
             if seq is not None:
                 blocks.setdefault(tag, set()).update(seq.block_table)
         return {tag: tuple(sorted(ids)) for tag, ids in blocks.items() if ids}
+
+    def prefix_tiers(self) -> dict[Hashable, PrefixTiers]:
+        """Per tag: how many full blocks its last request's prefix has, how many of them are resident in the
+        paged cache, and how many more are only in the disk tier (the rest would be recomputed)."""
+        tiers = {}
+        for tag, chain in self._chains.items():
+            num_resident = len(self.block_manager.resident_chain(chain))
+            rest = chain[num_resident:]
+            num_disk = self.kv_disk.count_on_disk(rest) if self.kv_disk is not None else 0
+            tiers[tag] = PrefixTiers(len(chain), num_resident, num_disk)
+        return tiers
+
+    def adopt_chain(self, tag: Hashable, token_ids: list[int]) -> None:
+        """Remember the hash chain of a conversation this engine has not answered yet (a chat from before a
+        restart), so prefix_tiers() can say where its prefix is."""
+        if tag in self._chains or not self.block_manager.enable_prefix_caching:
+            return
+        probe = Sequence(-1, list(token_ids), len(token_ids), SamplingParams())
+        self.block_manager.update_block_hashes(probe)
+        self._remember_chain(tag, probe.block_hashes)
+
+    def _remember_chain(self, tag: Hashable, chain: list[bytes]) -> None:
+        self._chains[tag] = list(chain)
+        self._chains.move_to_end(tag)
+        while len(self._chains) > self.MAX_REMEMBERED_CHAINS:
+            self._chains.popitem(last=False)
+
+    def close(self) -> None:
+        """Finish the disk tier's writes (a one-shot command calls this before it exits)."""
+        if self.kv_disk is not None:
+            self.kv_disk.close()
+            self.kv_disk = None
+            self.scheduler.lower_tier = None

@@ -18,6 +18,7 @@ class Started:
     request_id: int
     prompt_ids: tuple[int, ...]  # exactly what the model is fed (the conversation keeps these ids)
     num_cached_tokens: int  # of them, how many came from the prefix cache
+    num_disk_tokens: int = 0  # of those, how many the disk tier supplied
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,10 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (torch-free here: the UI imports this module)
+    from llmchat.core.kv_disk_store import DiskTierStats
 
 now = time.perf_counter
 
@@ -52,18 +56,24 @@ class RequestMetrics:
     tpot: float  # seconds per output token after the first; NaN with fewer than 2 tokens
     num_preemptions: int = 0
     load_seconds: float = 0.0  # model load time, for one-shot commands that include it
+    num_disk_tokens: int = 0  # of num_cached_tokens, how many the disk tier supplied (the rest: resident blocks)
 
     @property
     def num_prefilled_tokens(self) -> int:
         return self.num_prompt_tokens - self.num_cached_tokens
 
+    @property
+    def num_memory_tokens(self) -> int:
+        """Cached prompt tokens whose blocks were still resident in the paged cache."""
+        return self.num_cached_tokens - self.num_disk_tokens
+
     @classmethod
     def from_timings(
         cls, t: RequestTimings, num_prompt_tokens: int, num_cached_tokens: int, num_preemptions: int = 0,
-        load_seconds: float = 0.0,
+        load_seconds: float = 0.0, num_disk_tokens: int = 0,
     ) -> "RequestMetrics":
         return cls(num_prompt_tokens, num_cached_tokens, t.num_output_tokens, t.queue_time(), t.ttft(), t.tpot(),
-                   num_preemptions, load_seconds)
+                   num_preemptions, load_seconds, num_disk_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,20 @@ class LiveRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixTiers:
+    """Where one conversation's cached prefix is: of its full blocks, how many are resident in the paged
+    cache, how many more only in the disk tier; the rest is gone (recomputed on its next turn)."""
+
+    num_blocks: int
+    num_resident: int
+    num_disk_only: int
+
+    @property
+    def num_gone(self) -> int:
+        return self.num_blocks - self.num_resident - self.num_disk_only
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     """A snapshot for the UI: blocks, queues, cache hits, recent latencies and throughput."""
 
@@ -110,6 +134,8 @@ class EngineStats:
     decode_bandwidth_gb_s: float  # bytes read per decode step / step time, recent window
     num_preemptions: int = 0
     requests: tuple[LiveRequest, ...] = ()  # in flight: running first, then waiting
+    disk: "DiskTierStats | None" = None  # the disk tier of the prefix cache; None when it is off
+    prefix_disk_hit_rate: float = 0.0  # prompt tokens from the disk tier / prompt tokens looked up, since start
 
     def request(self, request_id: int | None) -> LiveRequest | None:
         return next((r for r in self.requests if r.request_id == request_id), None)
@@ -125,6 +151,7 @@ class StatsWindow:
         self.prefill_steps: deque[StepStats] = deque(maxlen=size)  # steps that prefilled (decodes may ride along)
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
+        self.num_disk_tokens = 0
         self.num_preemptions = 0
 
     def add_request(self, m: RequestMetrics) -> None:
@@ -133,9 +160,10 @@ class StatsWindow:
         if m.tpot == m.tpot:
             self.tpot.append(m.tpot)
 
-    def add_lookup(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
+    def add_lookup(self, num_prompt_tokens: int, num_cached_tokens: int, num_disk_tokens: int = 0) -> None:
         self.num_prompt_tokens += num_prompt_tokens
         self.num_cached_tokens += num_cached_tokens
+        self.num_disk_tokens += num_disk_tokens
 
     def add_step(self, s: StepStats) -> None:
         if s.num_decode_tokens and not s.num_prefill_tokens:
@@ -150,6 +178,9 @@ class StatsWindow:
 
     def hit_rate(self) -> float:
         return self.num_cached_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
+
+    def disk_hit_rate(self) -> float:
+        return self.num_disk_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
 
     def decode_rates(self) -> tuple[float, float]:
         """(tokens/s, GB/s) over the recent pure-decode steps."""

@@ -17,11 +17,17 @@ from llmchat.core.metrics import now
 from llmchat.core.sequence import Sequence
 
 
+def _no(block_hash: bytes) -> bool:
+    return False
+
+
 class ReuseMemory:
     MAX_REMEMBERED = 256  # conversations whose previous request is remembered (oldest forgotten first)
 
-    def __init__(self, block_manager: BlockManager, token_text: Callable[[int], str]) -> None:
+    def __init__(self, block_manager: BlockManager, token_text: Callable[[int], str],
+                 disk_tier: Callable[[], object] = lambda: None) -> None:
         self.block_manager = block_manager
+        self.disk_tier = disk_tier  # the engine's disk tier now (core/kv_disk.py KVDiskTier), or None
         self.token_text = token_text
         self.priors: OrderedDict[Hashable, PriorTurn] = OrderedDict()
         self._requests: dict[int, tuple[Hashable | None, PromptContext | None]] = {}
@@ -34,11 +40,14 @@ class ReuseMemory:
         """At the first admission: why the lookup reused what it did."""
         tag, context = self._requests.get(seq.request_id, (None, None))
         bm = self.block_manager
+        disk = self.disk_tier()
         explanation = explain_reuse(
             seq.token_ids[: seq.num_prompt_tokens], max(seq.num_cached_tokens, 0), bm.block_size,
             context=context, prior=self.priors.get(tag) if tag is not None else None, fingerprint=bm.fingerprint,
             caching=bm.enable_prefix_caching and seq.use_prefix_cache, block_hashes=seq.block_hashes,
             evicted_at=bm.evictions.evicted_at, now=now(), token_text=self.token_text,
+            disk_on=disk is not None, num_disk_tokens=seq.num_disk_tokens,
+            num_disk_failed_blocks=seq.num_disk_failed_blocks, on_disk=disk.store.contains if disk else _no,
         )
         self._explanations[seq.request_id] = explanation
         return explanation

@@ -33,11 +33,13 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)  # hash chain of the full blocks of token_ids
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     num_cached_tokens: int = -1  # prompt tokens reused from the prefix cache at first admission (-1: not yet)
+    num_disk_tokens: int = 0  # of those, how many the disk tier supplied
     num_preemptions: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
     timings: RequestTimings = field(default_factory=RequestTimings)
     generator: torch.Generator | None = None
+    num_disk_failed_blocks: int = 0  # disk entries matched at admission that failed to load (bad: removed)
     use_prefix_cache: bool = True  # False: computed from scratch and never cached (the cache exactness check)
 
     @property

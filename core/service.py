@@ -120,6 +120,15 @@ class EngineService:
         """EngineFacts (core/engine_facts.py): the live numbers of the misconceptions screen."""
         return self._call(lambda engine: facts_of(engine, copy_gb_s))
 
+    def prefix_tiers(self) -> Future:
+        """{conversation id: PrefixTiers}: of its prefix's full blocks, how many are resident, how many only on disk."""
+        return self._call(lambda engine: engine.prefix_tiers())
+
+    def remember(self, conversation_id: int, token_ids: list[int]) -> None:
+        """Let prefix_tiers() report a conversation this engine has not answered yet (a chat from before a restart)."""
+        ids = list(token_ids)
+        self._call(lambda engine: engine.adopt_chain(conversation_id, ids))
+
     def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
         future: Future = Future()
         if self._stopped.is_set():
@@ -147,6 +156,7 @@ class EngineService:
                             for request_id in list(self._by_request):
                                 self.engine.abort(request_id)
                             self._dispatch(self.engine.step())
+                            self.engine.close()  # the disk tier's queued writes land
                             return
                         self._handle(msg)
                 except queue.Empty:

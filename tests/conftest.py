@@ -15,6 +15,27 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 
+def _isolated_cache_dir() -> None:
+    """Tests (and the commands they start) get their own cache dir, so the disk tier of the prefix cache never
+    reads or writes the user's: it holds links to the real models/ and converted/ folders, and nothing else."""
+    import atexit
+    import shutil
+    import tempfile
+
+    import platformdirs
+
+    real = Path(os.environ.get("LLMCHAT_CACHE_DIR") or platformdirs.user_cache_dir("llmchat"))
+    isolated = Path(tempfile.mkdtemp(prefix="llmchat-test-cache-"))
+    for name in ("models", "converted"):
+        (real / name).mkdir(parents=True, exist_ok=True)
+        (isolated / name).symlink_to(real / name, target_is_directory=True)
+    os.environ["LLMCHAT_CACHE_DIR"] = str(isolated)
+    atexit.register(shutil.rmtree, isolated, True)  # (unlinks the links, never follows them)
+
+
+_isolated_cache_dir()
+
+
 @pytest.fixture(scope="session")
 def default_gguf() -> Path:
     """The default model's GGUF file (SmolLM2-135M-Instruct Q4_1), located or fetched like `llmchat pull` does."""

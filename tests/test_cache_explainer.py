@@ -6,6 +6,7 @@ import dataclasses
 
 import torch
 
+from llmchat.core.block_manager import hash_block
 from llmchat.core.cache_explainer import PromptContext, explain_reuse
 from llmchat.core.config import EngineConfig
 from llmchat.core.conversation import ChatSettings, Conversation
@@ -180,3 +181,57 @@ def test_explain_reuse_is_pure_and_checks_positions():
     e = explain_reuse(prompt, 16, BS, context=PromptContext(tuple(range(35))), block_hashes=[b"a", b"b"],
                       evicted_at={b"b": 5.0}.get, now=7.5)
     assert (e.cause, e.num_evicted_blocks, e.evicted_seconds_ago) == ("evicted", 1, 2.5)
+
+
+# -- the disk tier --------------------------------------------------------------------------------
+def disk_engine(loaded, disk_dir) -> LLMEngine:
+    return LLMEngine(loaded, EngineConfig(kv_disk_bytes=1 << 30, kv_disk_dir=str(disk_dir)))
+
+
+def restarted(engine: LLMEngine, loaded, disk_dir) -> LLMEngine:
+    engine.close()  # its writes land; its memory is gone
+    return disk_engine(loaded, disk_dir)
+
+
+def test_disk_hit_after_a_restart(tiny_model, tmp_path):
+    engine = disk_engine(tiny_model, tmp_path / "kv")
+    chat = new_chat()
+    turn(engine, chat, "Tell me about the sea")
+    known = len(chat.token_ids)
+    engine = restarted(engine, tiny_model, tmp_path / "kv")
+    e = turn(engine, chat, "And the sky?").explanation
+    assert e.cause == "new-text" and e.disk == "hit"
+    assert e.num_disk_tokens == e.num_cached_tokens == (known - 1) // BS * BS
+    engine.close()
+
+
+def test_disk_miss_after_a_restart(tiny_model, tmp_path):
+    chat = new_chat()
+    turn(LLMEngine(tiny_model, EngineConfig()), chat, "Tell me about the sea")  # an engine without the tier
+    engine = disk_engine(tiny_model, tmp_path / "kv")
+    e = turn(engine, chat, "And the sky?").explanation
+    assert e.cause == "disk-miss" and e.disk == "miss" and e.num_cached_tokens == 0 and e.num_disk_tokens == 0
+    engine.close()
+
+
+def test_disk_corrupt_entry(tiny_model, tmp_path):
+    from llmchat.core.kv_disk_store import entry_path
+
+    engine = disk_engine(tiny_model, tmp_path / "kv")
+    chat = new_chat()
+    turn(engine, chat, "Tell me about the sea")
+    ids = chat.token_ids  # (the blocks the engine cached: prompt and reply)
+    assert (len(ids) - 1) // BS >= 3
+    hashes = []
+    for i in range(3):
+        hashes.append(hash_block(hashes[-1] if hashes else None, ids[i * BS : (i + 1) * BS],
+                                 engine.block_manager.fingerprint))
+    engine = restarted(engine, tiny_model, tmp_path / "kv")
+    victim = entry_path(tmp_path / "kv", hashes[2])
+    data = bytearray(victim.read_bytes())
+    data[-100] ^= 0x01  # one flipped bit in the third block's K/V
+    victim.write_bytes(bytes(data))
+    e = turn(engine, chat, "And the sky?").explanation
+    assert e.cause == "disk-corrupt" and e.disk == "corrupt"
+    assert e.num_cached_tokens == e.num_disk_tokens == 2 * BS  # reuse ended at the bad block
+    engine.close()

@@ -25,7 +25,8 @@ from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory
 from llmchat.tui.chat_ops import ChatOps
 from llmchat.tui.messages import (
-    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, ResidentBlocks, SaveFailed, TurnFinished,
+    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
+    TurnFinished,
     TurnRefused, TurnStarted,
 )
 from llmchat.tui.screens.chat import BannerView, ChatScreen
@@ -91,6 +92,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         self._shut_down = False
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
         self.cache_checks: dict = {}  # chat id -> its last CacheCheck (Verify cache)
+        self.prefix_tiers: dict = {}  # chat id -> metrics.PrefixTiers (resident / disk only), where the backend tells
         self._resident_asked = 0.0
         self.chat_screen = ChatScreen()
         self.theme = self.store.get_setting("theme", THEMES[0]) or THEMES[0]
@@ -122,6 +124,8 @@ class LlmChatApp(ChatOps, ChatActions, App):
         self.chat_screen.show_progress(msg.line)
 
     def on_engine_ready(self, msg: EngineReady) -> None:
+        for session in self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]:  # chats from an earlier run: where is their KV?
+            self.bridge.remember(session.chat_id, list(session.conversation.token_ids))
         self.chat_screen.show_engine_ready(msg.info)
         self.show_header()
         self.notify(f"{msg.info.model_name} ready ({msg.info.load_seconds:.1f} s)", timeout=3)
@@ -186,7 +190,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
 
     def show_engine_panels(self) -> None:
         sessions = self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]
-        self.chat_screen.panels.show_engine(self.bridge.stats(), sessions, self.resident)
+        self.chat_screen.panels.show_engine(self.bridge.stats(), sessions, self.resident, self.prefix_tiers)
 
     def ask_resident_blocks(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -203,6 +207,11 @@ class LlmChatApp(ChatOps, ChatActions, App):
 
     def on_resident_blocks(self, msg: ResidentBlocks) -> None:
         self.resident = msg.blocks
+        if self.ui_alive:
+            self.show_engine_panels()
+
+    def on_prefix_tiers_reported(self, msg: PrefixTiersReported) -> None:
+        self.prefix_tiers = msg.tiers
         if self.ui_alive:
             self.show_engine_panels()
 

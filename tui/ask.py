@@ -39,8 +39,10 @@ def run_ask(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    from llmchat.tui.cli import kv_disk_bytes
+
     stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
-                        weight_dtype=getattr(args, "weights", None))
+                        weight_dtype=getattr(args, "weights", None), kv_disk_bytes=kv_disk_bytes(args))
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
     for delta in stream:
         sys.stdout.write(out.feed(delta))
@@ -50,7 +52,8 @@ def run_ask(args: argparse.Namespace) -> int:
     if args.stats:
         m = stream.metrics
         print(
-            f"prompt {m.num_prompt_tokens} tokens, output {m.num_output_tokens} tokens; "
+            f"prompt {m.num_prompt_tokens} tokens ({m.num_memory_tokens} cached in memory, {m.num_disk_tokens} "
+            f"from disk, {m.num_prefilled_tokens} computed), output {m.num_output_tokens} tokens; "
             f"TTFT {m.ttft * 1000:.0f} ms, TPOT {m.tpot * 1000:.1f} ms (load {m.load_seconds:.2f} s)",
             file=sys.stderr,
         )

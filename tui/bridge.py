@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from llmchat.core.protocol import Backend, BackendInfo, Handle, Sink
-from llmchat.tui.messages import EngineEventsPending, EngineFailed, EngineProgress, EngineReady, ResidentBlocks
+from llmchat.tui.messages import (EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported,
+                                  ResidentBlocks)
 
 if TYPE_CHECKING:  # the engine loads lazily, in a worker thread
     from llmchat.core.config import EngineConfig
@@ -125,7 +126,17 @@ class EngineBridge:
         except RuntimeError:  # shut down
             return False
         future.add_done_callback(lambda f: f.exception() is None and self.app.post_message(ResidentBlocks(f.result())))
+        prefix_tiers = getattr(self.service, "prefix_tiers", None)  # an optional part of the protocol
+        if prefix_tiers is not None:
+            prefix_tiers().add_done_callback(
+                lambda f: f.exception() is None and self.app.post_message(PrefixTiersReported(f.result())))
         return True
+
+    def remember(self, conversation_id: int, token_ids: list[int]) -> None:
+        """Tell the backend about a chat from an earlier run, so its prefix's tiers can be shown before it speaks."""
+        remember = getattr(self.service, "remember", None)
+        if remember is not None and token_ids:
+            remember(conversation_id, token_ids)
 
     def stats(self) -> "EngineStats | None":
         return self.service.stats() if self.service is not None else None

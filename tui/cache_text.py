@@ -27,6 +27,12 @@ def reason(e: CacheExplanation) -> str:
     if cause == "not-cached":
         return (f"tokens {e.num_cached_tokens:,}–{e.num_known_tokens:,} were never cached by this engine (a restart?); "
                 f"{r:,} tokens recomputed")
+    if cause == "disk-corrupt":
+        return f"the disk tier's entry for the next block failed verification (removed); {r:,} tokens recomputed"
+    if cause == "disk-miss":
+        where = (f"{e.num_evicted_blocks:,} blocks evicted from memory {fmt.seconds(e.evicted_seconds_ago)} ago"
+                 if e.num_evicted_blocks else "not in memory")
+        return f"{where} and not on disk (disk miss); {r:,} tokens recomputed"
     if cause == "model":
         return f"this chat's earlier KV came from another model (fingerprint); {r:,} tokens recomputed"
     if cause == "cache-off":
@@ -36,7 +42,8 @@ def reason(e: CacheExplanation) -> str:
 
 def explanation_line(e: CacheExplanation) -> str:
     """'reuse ended at 96: new text from token 100; the last partial block cost 4 tokens'."""
-    line = f"reuse ended at {e.num_cached_tokens:,}: {reason(e)}"
+    disk = f" ({e.num_disk_tokens:,} from disk)" if e.num_disk_tokens else ""
+    line = f"reuse ended at {e.num_cached_tokens:,}{disk}: {reason(e)}"
     if e.num_preemptions:
         line += f" · preempted {e.num_preemptions}× (its KV freed and recomputed)"
     return line
@@ -51,6 +58,7 @@ def explanation_details(e: CacheExplanation) -> str:
                                   f"of {e.block_size})"),
         ("fed by this chat before", f"{e.num_known_tokens:,}"),
         ("known but recomputed", f"{e.num_recomputed_tokens:,}"),
+        ("disk tier", f"{e.disk}" + (f": {e.num_disk_tokens:,} tokens from disk" if e.num_disk_tokens else "")),
         ("new to this chat", f"{e.num_new_tokens:,}"),
     ]
     if e.divergence is not None:

@@ -9,6 +9,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 EXIT_USAGE = 2
+DEFAULT_KV_DISK_GB = 4.0  # (core/kv_disk.py's DEFAULT_KV_DISK_BYTES; not imported: this module stays light)
 
 
 def package_version() -> str:
@@ -40,10 +41,17 @@ def build_parser() -> argparse.ArgumentParser:
     model_args.add_argument(
         "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
     )
+    model_args.add_argument(
+        "--kv-disk-gb", type=float, default=None,
+        help=f"budget of the prefix cache's disk tier in GB (default {DEFAULT_KV_DISK_GB:g}; LRU-evicted)",
+    )
+    model_args.add_argument("--no-kv-disk", action="store_true", help="turn off the prefix cache's disk tier")
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-prefix-cache", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kv-disk-gb", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-kv-disk", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -67,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", help="write to this file (default: stdout)")
     export.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
 
+    cache = sub.add_parser("cache", help="the prefix cache's disk tier: size, entries, hit counts; --clear empties it")
+    cache.add_argument("--clear", action="store_true", help="remove every stored KV block")
+
     bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
     bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all)")
     bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
@@ -83,6 +94,7 @@ def engine_config(args: argparse.Namespace, **overrides):
     kv_gb = getattr(args, "kv_cache_gb", None)
     if kv_gb is not None and kv_gb <= 0:
         raise ValueError("--kv-cache-gb must be positive")
+    overrides.setdefault("kv_disk_bytes", kv_disk_bytes(args))
     return EngineConfig(
         model=getattr(args, "model", None),
         device=getattr(args, "device", None) or "cpu",
@@ -91,6 +103,16 @@ def engine_config(args: argparse.Namespace, **overrides):
         weight_dtype=getattr(args, "weights", None) or "auto",
         **overrides,
     )
+
+
+def kv_disk_bytes(args: argparse.Namespace) -> int:
+    """The disk tier's budget the flags ask for (0: off)."""
+    gb = getattr(args, "kv_disk_gb", None)
+    if gb is not None and not gb > 0:  # (NaN included)
+        raise ValueError("--kv-disk-gb must be positive (use --no-kv-disk to turn the disk tier off)")
+    if getattr(args, "no_kv_disk", False) or getattr(args, "no_prefix_cache", False):
+        return 0
+    return int((DEFAULT_KV_DISK_GB if gb is None else gb) * 1e9)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             folder = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
             print(f"default model ready in {folder}")
             return 0
+        if args.command == "cache":
+            from llmchat.tui.cache_command import run_cache
+
+            return run_cache(args)
         if args.command == "export":
             from llmchat.tui.export import run_export
 

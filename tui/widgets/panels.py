@@ -11,7 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Sparkline, Static
 
-from llmchat.core.metrics import EngineStats, LiveRequest, RequestMetrics
+from llmchat.core.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics
 from llmchat.tui import format as fmt
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
@@ -109,8 +109,9 @@ class PromptPanel(Panel):
         line(self.query_one("#reused", Static), fmt.reused(m))
         self.query_one(SplitBar).set_counts((m.num_cached_tokens, m.num_prefilled_tokens))
         extra = f" · preempted {m.num_preemptions}×" if m.num_preemptions else ""
-        line(self.query_one("#prompt-split", Static),
-             f"cached {m.num_cached_tokens:,} · prefilled {m.num_prefilled_tokens:,}{extra}")
+        cached = (f"memory {m.num_memory_tokens:,} · disk {m.num_disk_tokens:,}" if m.num_disk_tokens
+                  else f"cached {m.num_cached_tokens:,}")
+        line(self.query_one("#prompt-split", Static), f"{cached} · prefilled {m.num_prefilled_tokens:,}{extra}")
 
 
 class DecodePanel(Panel):
@@ -145,7 +146,8 @@ class KVPanel(Panel):
         yield Static(id="kv-chats", classes="note")
         yield self.compose_explain()
 
-    def show(self, stats: EngineStats | None, sessions: list[ChatSession], resident: dict[int, tuple[int, ...]]) -> None:
+    def show(self, stats: EngineStats | None, sessions: list[ChatSession], resident: dict[int, tuple[int, ...]],
+             tiers: dict[int, PrefixTiers] | None = None) -> None:
         if stats is None or stats.num_blocks_total is None:
             self.query_one(SplitBar).set_counts((0, 0, 0))
             line(self.query_one("#kv-counts", Static), "no block figures" if stats else "engine not ready")
@@ -153,10 +155,14 @@ class KVPanel(Panel):
         used, cached, free = stats.num_blocks_used, stats.num_blocks_cached_free, stats.num_blocks_free
         self.query_one(SplitBar).set_counts((used, cached, free))
         line(self.query_one("#kv-counts", Static), f"used {used:,} · cached {cached:,} · free {free:,}")
-        line(self.query_one("#kv-size", Static),
-             f"of {stats.num_blocks_total:,} blocks × {stats.block_size} tokens\n"
-             f"K+V per token {fmt.nbytes(stats.kv_bytes_per_token)} (all layers)")
-        line(self.query_one("#kv-chats", Static), chat_blocks_text(sessions, resident))
+        size = (f"of {stats.num_blocks_total:,} blocks × {stats.block_size} tokens\n"
+                f"K+V per token {fmt.nbytes(stats.kv_bytes_per_token)} (all layers)")
+        if stats.disk is not None:
+            size += "\n" + fmt.disk_tier(stats.disk)
+        line(self.query_one("#kv-size", Static), size)
+        text = (chat_tiers_text(sessions, resident, tiers or {}) if stats.disk is not None
+                else chat_blocks_text(sessions, resident))
+        line(self.query_one("#kv-chats", Static), text)
 
 
 def chat_blocks_text(sessions: list[ChatSession], resident: dict[int, tuple[int, ...]]) -> str:
@@ -175,11 +181,33 @@ def chat_blocks_text(sessions: list[ChatSession], resident: dict[int, tuple[int,
             continue
         mine = blocks[s.chat_id]
         others = set().union(*(b for cid, b in blocks.items() if cid != s.chat_id))
-        title = safe_text(s.conversation.title)
-        title = title if len(title) <= 15 else title[:14] + "…"
         live = " ●" if s.turn is not None else ""
-        lines.append(f"#{s.chat_id:<3} {title:15} {len(mine):>4} · {len(mine & others):>3}{live}")
+        lines.append(f"#{s.chat_id:<3} {short_title(s, 15):15} {len(mine):>4} · {len(mine & others):>3}{live}")
     return "\n".join(lines)
+
+
+def chat_tiers_text(sessions: list[ChatSession], resident: dict[int, tuple[int, ...]],
+                    tiers: dict[int, PrefixTiers]) -> str:
+    """With the disk tier on: per chat, its blocks in memory (and how many another chat shares), and of its
+    prefix how many blocks are only on disk and how many are gone (recomputed on its next turn)."""
+    listed = [s for s in sessions if resident.get(s.chat_id) or s.chat_id in tiers]
+    if not listed:
+        return "per chat: nothing cached yet"
+    lines = [f"{'per chat':11} {'mem':>4} · {'shr':>3} · {'disk':>4} · gone"]
+    for s in listed:
+        mine = set(resident.get(s.chat_id, ()))
+        others = set().union(*(set(resident.get(o.chat_id, ())) for o in listed if o is not s))
+        t = tiers.get(s.chat_id)
+        disk, gone = (t.num_disk_only, t.num_gone) if t is not None else (0, 0)
+        live = " ●" if s.turn is not None else ""
+        lines.append(f"#{s.chat_id:<3}{short_title(s, 8):8} {len(mine):>4} · {len(mine & others):>3} · "
+                     f"{disk:>4} · {gone:>4}{live}")
+    return "\n".join(lines)
+
+
+def short_title(s: ChatSession, width: int) -> str:
+    title = safe_text(s.conversation.title)
+    return title if len(title) <= width else title[: width - 1] + "…"
 
 
 class Panels(VerticalScroll):
@@ -194,6 +222,6 @@ class Panels(VerticalScroll):
         self.query_one(PromptPanel).show(session)
 
     def show_engine(self, stats: EngineStats | None, sessions: list[ChatSession],
-                    resident: dict[int, tuple[int, ...]]) -> None:
+                    resident: dict[int, tuple[int, ...]], tiers: dict[int, PrefixTiers] | None = None) -> None:
         self.query_one(DecodePanel).show(stats)
-        self.query_one(KVPanel).show(stats, sessions, resident)
+        self.query_one(KVPanel).show(stats, sessions, resident, tiers)
