@@ -4,7 +4,8 @@ Taken on the engine thread between steps (EngineService.block_map), together wit
 same moment, so its counts and the panels' counts agree. Per block: its state (used / cached-free / free),
 refcount, the conversations holding it (their cached prefix or their reply in flight) and, for cached-free
 blocks, their place in the LRU (0 = evicted first). Per conversation: how many blocks it holds, how many
-of them another conversation holds too, and the LRU rank of its first block to go.
+of them another conversation holds too, the LRU rank of its first block to go, and how many blocks of its
+prefix are left only in the disk tier.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmchat.core.block_manager import BlockManager
-from llmchat.core.metrics import EngineStats
+from llmchat.core.metrics import EngineStats, PrefixTiers
 
 STATES = ("used", "cached", "free")
 
@@ -33,6 +34,7 @@ class ChatBlocks:
     num_shared: int  # of them, held by another conversation too
     num_in_use: int  # of them, used by a request in flight (refcount > 0)
     next_eviction_rank: int | None  # the LRU rank of its first cached-free block (None: none is evictable)
+    num_disk_only: int = 0  # blocks of its prefix no longer resident but still in the disk tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,10 @@ class BlockMap:
         return sum(1 for c in self.cells if len(c.holders) > 1 or c.ref_count > 1)
 
 
-def block_map_of(bm: BlockManager, residency: Mapping[Hashable, Sequence[int]], stats: EngineStats) -> BlockMap:
+def block_map_of(bm: BlockManager, residency: Mapping[Hashable, Sequence[int]], stats: EngineStats,
+                 tiers: Mapping[Hashable, PrefixTiers] | None = None) -> BlockMap:
+    """`tiers` (EngineService passes the engine's prefix_tiers()): per conversation, its blocks on disk only."""
+    tiers = tiers or {}
     holders: dict[int, list[Hashable]] = {}
     for tag, block_ids in residency.items():
         for block_id in block_ids:
@@ -67,6 +72,7 @@ def block_map_of(bm: BlockManager, residency: Mapping[Hashable, Sequence[int]], 
         mine = [cells[i] for i in block_ids]
         ranks = [c.lru_rank for c in mine if c.lru_rank is not None]
         chats.append(ChatBlocks(tag, len(mine), sum(1 for c in mine if len(c.holders) > 1),
-                                sum(1 for c in mine if c.ref_count), min(ranks) if ranks else None))
+                                sum(1 for c in mine if c.ref_count), min(ranks) if ranks else None,
+                                tiers[tag].num_disk_only if tag in tiers else 0))
     chats.sort(key=lambda c: (c.next_eviction_rank is None, c.next_eviction_rank or 0))
     return BlockMap(cells, tuple(chats), bm.block_size, stats)

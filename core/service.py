@@ -114,7 +114,8 @@ class EngineService:
 
     def block_map(self) -> Future:
         """A BlockMap of every KV block (core/block_map.py) and the EngineStats of the same moment."""
-        return self._call(lambda engine: block_map_of(engine.block_manager, engine.residency(), engine.stats()))
+        return self._call(lambda engine: block_map_of(engine.block_manager, engine.residency(), engine.stats(),
+                                                      engine.prefix_tiers()))
 
     def facts(self, copy_gb_s: float | None = None) -> Future:
         """EngineFacts (core/engine_facts.py): the live numbers of the misconceptions screen."""

@@ -71,13 +71,13 @@ def chats_text(block_map: BlockMap, titles: dict) -> str:
     if not block_map.chats:
         return "no chat holds a block yet"
     letters = chat_letters(block_map)
-    lines = ["chat                          blocks  shared  in use  evicted next"]
+    lines = ["chat                          blocks  shared  in use  disk only  evicted next"]
     for c in block_map.chats:
         title = safe_text(titles.get(c.tag, "(deleted chat)"))
         title = title if len(title) <= 20 else title[:19] + "…"
         rank = "—" if c.next_eviction_rank is None else f"LRU #{c.next_eviction_rank + 1:,}"
         lines.append(f"{letters[c.tag]} #{c.tag!s:<4} {title:<20} {c.num_blocks:>6,}  {c.num_shared:>6,}  "
-                     f"{c.num_in_use:>6,}  {rank}")
+                     f"{c.num_in_use:>6,}  {c.num_disk_only:>9,}  {rank}")
     first = block_map.chats[0]
     if first.next_eviction_rank is not None:
         lines.append(f"\nChat #{first.tag} loses its prefix first (its block is LRU #{first.next_eviction_rank + 1}).")
@@ -86,7 +86,8 @@ def chats_text(block_map: BlockMap, titles: dict) -> str:
 
 LEGEND = ("A–Z: the chat holding the block · +: shared by several (refcount or chats) · #: used, no chat "
           "listed · o: cached, no chat listed · ·: free\ngreen: used · blue: cached-free (LRU-evictable) · "
-          "underlined: the next eight the LRU evicts · refreshed once a second · Esc closes")
+          "underlined: the next eight the LRU evicts · disk only: prefix blocks evicted from memory but kept on disk · "
+          "refreshed once a second · Esc closes")
 
 
 class BlockMapScreen(Screen):
