@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from llmchat.core.block_manager import BlockManager
 from llmchat.core.metrics import EngineStats, PrefixTiers
@@ -18,8 +19,7 @@ from llmchat.core.metrics import EngineStats, PrefixTiers
 STATES = ("used", "cached", "free")
 
 
-@dataclass(frozen=True, slots=True)
-class BlockCell:
+class BlockCell(NamedTuple):  # (a tuple, immutable and ~3x cheaper to build than a frozen dataclass)
     block_id: int
     state: str  # one of STATES
     ref_count: int  # requests in flight sharing it
@@ -62,11 +62,12 @@ def block_map_of(bm: BlockManager, residency: Mapping[Hashable, Sequence[int]], 
             holders.setdefault(block_id, []).append(tag)
     rank = {block_id: i for i, block_id in enumerate(bm.cached_free)}
     empty = set(bm.empty_ids)
-    cells = tuple(
-        BlockCell(b.block_id, "used" if b.ref_count else ("free" if b.block_id in empty else "cached"), b.ref_count,
-                  tuple(holders.get(b.block_id, ())), rank.get(b.block_id))
-        for b in bm.blocks
-    )
+    no_holders: tuple = ()
+    cells = tuple([
+        BlockCell(i, "used" if b.ref_count else ("free" if i in empty else "cached"), b.ref_count,
+                  tuple(holders[i]) if i in holders else no_holders, rank.get(i))
+        for i, b in enumerate(bm.blocks)
+    ])
     chats = []
     for tag, block_ids in residency.items():
         mine = [cells[i] for i in block_ids]
