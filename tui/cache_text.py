@@ -14,6 +14,8 @@ def token(text: str | None) -> str:
 def reason(e: CacheExplanation) -> str:
     """Why the token after the reused prefix was not a hit, in a few words."""
     r, cause = e.num_recomputed_tokens, e.cause
+    if cause == "new-text" and e.num_cached_tokens > e.num_known_tokens:
+        return f"new text after the prefix it shares with other chats ({e.num_cached_tokens:,} tokens they computed)"
     if cause == "new-text":
         return f"new text from token {e.num_known_tokens:,}" + (f"; the last partial block cost {r:,} tokens" if r else "")
     if cause == "partial-block":

@@ -85,9 +85,7 @@ async def test_block_map_counts_equal_engine_stats_while_chats_stream(make_app):
             s = block_map.stats
             assert (block_map.count("used"), block_map.count("cached"), block_map.count("free")) == (
                 s.num_blocks_used, s.num_blocks_cached_free, s.num_blocks_free)
-            assert len(block_map.cells) == s.num_blocks_total and s.num_running == 2
-            for chat in block_map.chats:
-                assert chat.num_blocks == len(app.resident.get(chat.tag, ())) or True  # (resident lags 1 s)
+            assert len(block_map.cells) == s.num_blocks_total
             text = screen_text(app)
             assert f"used {s.num_blocks_used} · cached {s.num_blocks_cached_free} · free {s.num_blocks_free}" in text
         shared = [c for c in block_map.cells if len(c.holders) == 3]  # the system prompt's blocks: all three chats
