@@ -29,6 +29,12 @@ EXPLAIN = {
 }
 
 
+NOTES = {  # always visible; F1 answers them with this machine's numbers (tui/screens/misconceptions.py)
+    "decode": "bandwidth, not FLOPs, sets TPOT (F1)",
+    "kv": "K and V only; GQA shrinks it (F1)",
+}
+
+
 class Panel(Vertical, can_focus=True):
     def __init__(self, key: str, title: str) -> None:
         super().__init__(id=f"panel-{key}", classes="panel")
@@ -122,6 +128,7 @@ class DecodePanel(Panel):
         yield Static(id="decode-rate", classes="figure")
         yield Static(id="requests", classes="note")
         yield Static(id="hit-rate", classes="note")
+        yield Static(Content(NOTES["decode"]), classes="note")
         yield self.compose_explain()
 
     def show(self, stats: EngineStats | None) -> None:
@@ -144,6 +151,7 @@ class KVPanel(Panel):
         yield Static(id="kv-counts", classes="figure")
         yield Static(id="kv-size", classes="note")
         yield Static(id="kv-chats", classes="note")
+        yield Static(Content(NOTES["kv"]), classes="note")
         yield self.compose_explain()
 
     def show(self, stats: EngineStats | None, sessions: list[ChatSession], resident: dict[int, tuple[int, ...]],
