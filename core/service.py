@@ -196,6 +196,8 @@ class EngineService:
             self._request_of[handle.handle_id] = request_id
         elif msg[0] == "call":
             _, fn, future = msg
+            if not future.set_running_or_notify_cancel():  # the caller gave up (a screen closed): skip it
+                return
             try:
                 future.set_result(fn(self.engine))
             except Exception as e:  # noqa: BLE001 - handed to the caller
