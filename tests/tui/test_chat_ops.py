@@ -163,3 +163,28 @@ async def test_undo_last_turn(make_app, tmp_path):
     with ChatStore(tmp_path / "data", readonly=True) as store:
         back = store.load_chat(chat.chat_id)
     assert len(back.messages) == 2 and back.token_ids == ids
+
+
+async def test_keys_on_a_focused_message_fork_and_explain(make_app):
+    """f on a focused user message forks before it (its text goes to the new chat's input); w on a reply
+    opens its explanation."""
+    from llmchat.tui.screens.info import InfoScreen
+    from llmchat.tui.widgets.transcript import AssistantMessage, UserMessage
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        parent = await two_turns(pilot)
+        views = list(app.chat_screen.transcript.query(UserMessage))
+        views[1].focus()
+        await press(pilot, "f")
+        await wait_for(pilot, lambda: app.current is not parent)
+        fork = app.current.conversation
+        first_reply = parent.conversation.messages[1]
+        assert fork.token_ids == parent.conversation.token_ids[: first_reply.token_span[1]]
+        assert app.chat_screen.prompt.text == "And what is a block?"
+        await app.open_chat(parent.chat_id)
+        list(app.chat_screen.transcript.query(AssistantMessage))[-1].focus()
+        await press(pilot, "w")
+        await wait_for(pilot, lambda: isinstance(app.screen, InfoScreen))
+        assert "new to this chat" in screen_text(app)
+        await press(pilot, "escape")
