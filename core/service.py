@@ -76,9 +76,14 @@ class EngineService:
     # -- any thread -------------------------------------------------------------------------
     def submit(self, conversation_id: int, conversation: Conversation, params: SamplingParams) -> RequestHandle:
         """Answer the conversation's last user message; its template is rendered on the engine thread."""
-        snapshot = (conversation.template_messages(), list(conversation.token_ids),  # read now, on this thread
-                    conversation.settings.system_prompt)
+        snapshot = (conversation.template_messages(), list(conversation.token_ids))  # read now, on this thread
         return self._put("submit", snapshot, params, conversation_id)
+
+    def submit_messages(self, messages: list[dict], token_ids: list[int] | tuple[int, ...], params: SamplingParams,
+                        tag: Hashable | None = None) -> RequestHandle:
+        """Answer template messages (the last one a user message); `token_ids` are ids already fed and
+        generated for their beginning (core/prompt.py checks them), () for none."""
+        return self._put("submit", (list(messages), list(token_ids)), params, tag)
 
     def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None,
                    use_prefix_cache: bool = True) -> RequestHandle:
@@ -99,6 +104,11 @@ class EngineService:
             return False
         self._inbox.put(("cancel", handle))
         return True
+
+    @property
+    def alive(self) -> bool:
+        """False once the step loop has stopped (shut down, or it died)."""
+        return not self._stopped.is_set()
 
     def stats(self) -> EngineStats:
         with self._stats_lock:
@@ -184,12 +194,13 @@ class EngineService:
             context = None
             if kind == "submit":
                 try:
-                    messages, token_ids, system_prompt = prompt
+                    messages, token_ids = prompt
                     prompt = prompt_ids_for(self.engine.tokenizer, messages, token_ids)
                 except Exception as e:  # noqa: BLE001 - a template that rejects the messages: this request only
                     self._refuse(handle, f"the chat template failed: {type(e).__name__}: {e}")
                     return
-                context = PromptContext(tuple(token_ids), system_prompt, has_system_prompt=True)
+                system = messages[0]["content"] if messages and messages[0].get("role") == "system" else None
+                context = PromptContext(tuple(token_ids), system, has_system_prompt=True)
             request_id = self.engine.add_request(prompt, params, handle.tag, context, use_prefix_cache)
             handle.request_id = request_id
             self._by_request[request_id] = handle

@@ -15,25 +15,23 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 
-def _isolated_cache_dir() -> None:
-    """Tests (and the commands they start) get their own cache dir, so the disk tier of the prefix cache never
-    reads or writes the user's: it holds links to the real models/ and converted/ folders, and nothing else."""
-    import atexit
-    import shutil
-    import tempfile
+_REAL_CACHE_DIR = Path(os.environ.get("LLMCHAT_CACHE_DIR") or __import__("platformdirs").user_cache_dir("llmchat"))
 
-    import platformdirs
 
-    real = Path(os.environ.get("LLMCHAT_CACHE_DIR") or platformdirs.user_cache_dir("llmchat"))
-    isolated = Path(tempfile.mkdtemp(prefix="llmchat-test-cache-"))
+def isolated_cache_dir(folder: Path) -> Path:
+    """A cache dir that shares the real models/ and converted/ folders (links) and nothing else: the disk tier
+    of the prefix cache (kv/) starts empty there, so no test reads or writes the user's, or another test's."""
+    folder.mkdir(parents=True, exist_ok=True)
     for name in ("models", "converted"):
-        (real / name).mkdir(parents=True, exist_ok=True)
-        (isolated / name).symlink_to(real / name, target_is_directory=True)
-    os.environ["LLMCHAT_CACHE_DIR"] = str(isolated)
-    atexit.register(shutil.rmtree, isolated, True)  # (unlinks the links, never follows them)
+        (_REAL_CACHE_DIR / name).mkdir(parents=True, exist_ok=True)
+        (folder / name).symlink_to(_REAL_CACHE_DIR / name, target_is_directory=True)
+    return folder
 
 
-_isolated_cache_dir()
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory, monkeypatch):
+    """Every test (and every command it starts) gets its own cache dir (see isolated_cache_dir)."""
+    monkeypatch.setenv("LLMCHAT_CACHE_DIR", str(isolated_cache_dir(tmp_path_factory.mktemp("cache"))))
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +87,11 @@ def chatty_model(tiny_model):
     cfg = dataclasses.replace(tiny_model.config, tie_word_embeddings=False)
     torch.manual_seed(0)
     return LoadedModel(tiny_model.folder, cfg, build_model(cfg, None), tiny_model.tokenizer, 0.0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
+    """A tiny random model as an ordinary Hugging Face folder (the real tokenizer), for `llmchat serve --model`."""
+    from serve_helpers import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("serve") / "tiny-llama", default_model_dir)

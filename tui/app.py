@@ -346,8 +346,13 @@ def run_app(args: argparse.Namespace) -> int:
 
     config = engine_config(args, max_num_seqs=DEFAULT_MAX_NUM_SEQS)  # ValueError: a bad flag, said in one line
     data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
+    factory = None
+    if getattr(args, "backend", None):  # a remote OpenAI-compatible server instead of the embedded engine
+        from llmchat.tui.bridge import remote_engine_factory
+
+        factory = remote_engine_factory(args.backend, args.api_key, getattr(args, "model", None))
     try:
-        app = LlmChatApp(data_dir, model=getattr(args, "model", None), engine_config=config)
+        app = LlmChatApp(data_dir, factory, model=getattr(args, "model", None), engine_config=config)
     except DataDirInUse as e:
         print(f"llmchat: {e}", file=sys.stderr)
         return 2

@@ -39,16 +39,25 @@ def run_ask(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    from llmchat.tui.cli import kv_disk_bytes
+    if getattr(args, "backend", None):
+        from llmchat.core.ask import chat_messages
+        from llmchat.core.remote_ask import RemoteAskStream
 
-    stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
-                        weight_dtype=getattr(args, "weights", None), kv_disk_bytes=kv_disk_bytes(args))
+        stream = RemoteAskStream(args.backend, chat_messages(question, args.system), params, args.api_key, args.model)
+    else:
+        from llmchat.tui.cli import kv_disk_bytes
+
+        stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device,
+                            progress=progress, weight_dtype=getattr(args, "weights", None),
+                            kv_disk_bytes=kv_disk_bytes(args))
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
-    for delta in stream:
-        sys.stdout.write(out.feed(delta))
+    try:
+        for delta in stream:
+            sys.stdout.write(out.feed(delta))
+            sys.stdout.flush()
+    finally:  # the text so far stays on stdout even when the reply is cut short
+        sys.stdout.write(out.flush() + "\n")
         sys.stdout.flush()
-    sys.stdout.write(out.flush() + "\n")
-    sys.stdout.flush()
     if args.stats:
         m = stream.metrics
         print(

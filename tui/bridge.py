@@ -55,6 +55,18 @@ def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactor
     return factory
 
 
+def remote_engine_factory(url: str, api_key: str | None = None, model: str | None = None) -> EngineFactory:
+    """Chat through an OpenAI-compatible server (core/remote_backend.py) instead of the embedded engine."""
+
+    def factory(progress: Callable[[str], None], sink: Sink) -> Backend:
+        from llmchat.core.remote_backend import RemoteBackend
+
+        progress(f"connecting to {url}")
+        return RemoteBackend(url, sink, api_key=api_key, model=model)
+
+    return factory
+
+
 def model_label(model: str | None) -> str:
     """The name to show for --model (a .gguf file or a model folder), or the default model's."""
     if model is None:

@@ -53,9 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-disk-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-kv-disk", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
+    add_remote_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser("ask", parents=[model_args], help="ask one question; the reply streams to stdout")
+    add_remote_args(ask)
     ask.add_argument("question", help="the question, or - to read it from stdin")
     ask.add_argument("--system", help="system prompt (default: the model's own)")
     ask.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (default 0.7)")
@@ -66,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     ask.add_argument("--stats", action="store_true", help="print TTFT and TPOT to stderr")
     ask.add_argument("--raw", action="store_true", help="write the reply's bytes unfiltered when stdout is a pipe")
+
+    serve = sub.add_parser("serve", parents=[model_args], help="serve the embedded engine as an OpenAI-compatible API")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = a free one, printed)")
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 requests")
+    serve.add_argument("--served-model-name", default=None, help="the model's name in the API (default: its file name)")
+    serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
+    serve.add_argument("--max-pending", type=int, default=512, help="requests in flight before 429 (default 512)")
 
     sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
 
@@ -79,12 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--clear", action="store_true", help="remove every stored KV block")
 
     bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
-    bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all)")
+    bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all); "
+                       "serve: concurrent streaming clients against llmchat serve (or --url), on its own")
+    bench.add_argument("--url", help="with serve: measure this OpenAI-compatible server instead of starting one")
     bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
     bench.add_argument("--repeats", type=int, default=None, help="runs per measurement (medians are reported)")
     bench.add_argument("--json", metavar="FILE", help="write one JSON object per measurement per line")
     bench.add_argument("--kernels", action="store_true", help="time the Triton kernels instead (needs CUDA)")
     return parser
+
+
+def add_remote_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", metavar="URL", help="chat through an OpenAI-compatible server (vLLM, SGLang, "
+                        "llama-server, Ollama, llmchat serve) instead of the embedded engine; --model then names the "
+                        "server's model (default: the first it lists)")
+    parser.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY if set)")
 
 
 def engine_config(args: argparse.Namespace, **overrides):
@@ -122,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             from llmchat.tui.ask import run_ask
 
             return run_ask(args)
+        if args.command == "serve":
+            from llmchat.tui.serve import run_serve
+
+            return run_serve(args)
         if args.command == "bench":
             from llmchat.tui.bench import run_bench
 

@@ -131,7 +131,7 @@ class TurnManager:
         """Final state of the reply; finished None: no Finished came back (the app is closing)."""
         turn = session.turn
         assert turn is not None
-        if finished is not None and finished.reason.value == "error" and not finished.output_ids:
+        if finished is not None and finished.reason.value == "error" and not finished.output_ids and not finished.text:
             self._refuse(session, f"Not sent: {finished.error}.")
             return
         chat = session.conversation

@@ -34,6 +34,8 @@ NOTES = {  # always visible; F1 answers them with this machine's numbers (tui/sc
     "kv": "K and V only; GQA shrinks it (F1)",
 }
 
+NOT_REPORTED = "not reported by this server"
+
 
 class Panel(Vertical, can_focus=True):
     def __init__(self, key: str, title: str) -> None:
@@ -87,7 +89,7 @@ class LatencyPanel(Panel):
             else:
                 note = "this turn: waiting for its first token…"
         line(self.query_one("#ttft", Static),
-             f"TTFT {fmt.seconds(ttft)} · queue + prefill" + (f"\n     (queued {fmt.seconds(queue)})" if queue else ""))
+             f"TTFT {fmt.seconds(ttft)} · queue + prefill" + (f"\n     (queued {fmt.seconds(queue)})" if queue and queue == queue else ""))
         line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(tpot)} · one decode step")
         show_history(self.query_one("#ttft-history", Sparkline), [m.ttft for m in history])
         show_history(self.query_one("#tpot-history", Sparkline), [m.tpot for m in history])
@@ -139,7 +141,9 @@ class DecodePanel(Panel):
              f"decode {fmt.rate(stats.decode_tokens_per_s, 'tok/s')} · reads {fmt.rate(stats.decode_bandwidth_gb_s, 'GB/s')}")
         line(self.query_one("#requests", Static),
              f"running {stats.num_running} · waiting {stats.num_waiting} · preempted {stats.num_preemptions}")
-        line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {fmt.percent(stats.prefix_cache_hit_rate)}")
+        rate = stats.prefix_cache_hit_rate
+        shown = fmt.percent(rate) if rate == rate else "not reported"  # NaN: a server that does not say
+        line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {shown}")
 
 
 class KVPanel(Panel):
@@ -158,13 +162,15 @@ class KVPanel(Panel):
              tiers: dict[int, PrefixTiers] | None = None) -> None:
         if stats is None or stats.num_blocks_total is None:
             self.query_one(SplitBar).set_counts((0, 0, 0))
-            line(self.query_one("#kv-counts", Static), "no block figures" if stats else "engine not ready")
+            line(self.query_one("#kv-counts", Static), NOT_REPORTED if stats else "engine not ready")
             return
         used, cached, free = stats.num_blocks_used, stats.num_blocks_cached_free, stats.num_blocks_free
-        self.query_one(SplitBar).set_counts((used, cached, free))
-        line(self.query_one("#kv-counts", Static), f"used {used:,} · cached {cached:,} · free {free:,}")
-        size = (f"of {stats.num_blocks_total:,} blocks × {stats.block_size} tokens\n"
-                f"K+V per token {fmt.nbytes(stats.kv_bytes_per_token)} (all layers)")
+        self.query_one(SplitBar).set_counts((used or 0, cached or 0, free or 0))  # (None: a server that does not say)
+        line(self.query_one("#kv-counts", Static),
+             f"used {fmt.count(used)} · cached {fmt.count(cached)} · free {fmt.count(free)}")
+        per_token = stats.kv_bytes_per_token
+        size = (f"of {stats.num_blocks_total:,} blocks × {fmt.count(stats.block_size)} tokens\n"
+                + (f"K+V per token {fmt.nbytes(per_token)} (all layers)" if per_token else "K+V per token not reported"))
         if stats.disk is not None:
             size += "\n" + fmt.disk_tier(stats.disk)
         line(self.query_one("#kv-size", Static), size)
