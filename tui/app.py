@@ -129,8 +129,6 @@ class LlmChatApp(ChatOps, ChatActions, App):
         self.chat_screen.show_engine_ready(msg.info)
         self.show_header()
         self.notify(f"{msg.info.model_name} ready ({msg.info.load_seconds:.1f} s)", timeout=3)
-        self.run_worker(self.copy_bandwidth, thread=True, group="machine", exit_on_error=False,
-                        description="measure the memory copy bandwidth once (cached)")
 
     def on_engine_failed(self, msg: EngineFailed) -> None:
         self.chat_screen.show_engine_failed(msg.error)

@@ -99,6 +99,7 @@ class MisconceptionsScreen(Screen):
         yield Footer()
 
     async def on_mount(self) -> None:
+        self.query_one("#facts", Static).update(Content("measuring this machine's memory bandwidth (once)…"))
         self.copy_gb_s = await asyncio.to_thread(self.app.copy_bandwidth)
         await self.refresh_facts()
         self.set_interval(FACTS_INTERVAL_S, self.refresh_facts)
