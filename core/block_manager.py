@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
+from llmchat.core.eviction_log import EvictionLog
 from llmchat.core.sequence import Sequence
 
 ROOT_HASH = b"llmchat-kv-root"
@@ -52,6 +53,7 @@ class BlockManager:
         self.cached_free: OrderedDict[int, None] = OrderedDict()  # LRU: first = evicted first
         self.hash_to_block: dict[bytes, int] = {}
         self.num_evictions = 0
+        self.evictions = EvictionLog(4 * num_blocks)  # hash -> when it was evicted (the cache explainer asks)
 
     # -- counts -----------------------------------------------------------------------------
     @property
@@ -84,7 +86,7 @@ class BlockManager:
 
     def lookup(self, seq: Sequence) -> list[int]:
         """Block ids of the longest cached prefix of seq, at most num_tokens - 1 tokens (the last is computed)."""
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or not seq.use_prefix_cache:
             return []
         self.update_block_hashes(seq)
         return self._cached_chain(seq.token_ids, seq.block_hashes, (seq.num_tokens - 1) // self.block_size)
@@ -156,7 +158,7 @@ class BlockManager:
     def cache_full_blocks(self, seq: Sequence) -> list[int]:
         """Register the hashes of seq's full, computed blocks so later requests can reuse them; returns the ids
         of the blocks newly registered (for the disk tier)."""
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or not seq.use_prefix_cache:
             return []
         self.update_block_hashes(seq)
         bs = self.block_size
@@ -194,6 +196,7 @@ class BlockManager:
             block_id = self.empty_ids.pop()
         else:
             block_id, _ = self.cached_free.popitem(last=False)  # evict the least recently used
+            self.evictions.record(self.blocks[block_id].block_hash)
             self._forget(self.blocks[block_id])
             self.num_evictions += 1
         block = self.blocks[block_id]

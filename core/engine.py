@@ -9,12 +9,14 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from llmchat.core.block_manager import BlockManager
+from llmchat.core.cache_explainer import PromptContext
 from llmchat.core.config import EngineConfig
 from llmchat.core.events import EngineEvent, Finished, Started, TextDelta
 from llmchat.core.kv_cache import PagedKVCache, default_kv_cache_bytes
 from llmchat.core.kv_disk import KVDiskTier, kv_disk_root
 from llmchat.core.loader import LoadedModel
 from llmchat.core.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics, StatsWindow, StepStats, now
+from llmchat.core.reuse_memory import ReuseMemory
 from llmchat.core.runner import ModelRunner
 from llmchat.core.sampling import SamplingParams
 from llmchat.core.scheduler import ScheduledBatch, Scheduler
@@ -70,21 +72,27 @@ class LLMEngine:
         self._pending: list[EngineEvent] = []
         self._tags: dict[int, Hashable] = {}  # request id -> the conversation it answers (if the client said)
         self._chains: OrderedDict[Hashable, list[bytes]] = OrderedDict()  # tag -> block hashes of its last request
+        self.reuse = ReuseMemory(self.block_manager, lambda token_id: self.tokenizer.decode([token_id]),
+                                 lambda: self.kv_disk)
 
     MAX_REMEMBERED_CHAINS = 256
 
     # -- requests ---------------------------------------------------------------------------
-    def add_request(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None) -> int:
+    def add_request(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None,
+                    context: PromptContext | None = None, use_prefix_cache: bool = True) -> int:
         """Queue a request; a refused one (empty, too long) gets its Finished(ERROR) event at the next step.
-        `tag` names the conversation it answers, for residency()."""
+        `tag` names the conversation it answers, for residency(); `context` says what the client kept, for the
+        cache explainer; use_prefix_cache=False computes it from scratch and caches nothing."""
         request_id = next(self._ids)
-        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=params.make_generator())
+        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=params.make_generator(),
+                       use_prefix_cache=use_prefix_cache)
         error = self._refusal(seq)
         if error:
             seq.finish_reason = FinishReason.ERROR
             self._pending.append(self._finished(seq, error))
             return request_id
         self._seqs[request_id] = seq
+        self.reuse.expect(request_id, tag, context)
         if tag is not None:
             self._tags[request_id] = tag
         self._streams[request_id] = _Stream(IncrementalDetokenizer(self.tokenizer), StopStringMatcher(params.stop))
@@ -153,6 +161,7 @@ class LLMEngine:
         for seq in batch.seqs:
             if seq.timings.scheduled is None:
                 seq.timings.scheduled = start
+                self.reuse.admitted(seq)
                 events.append(Started(seq.request_id, tuple(seq.token_ids[: seq.num_prompt_tokens]),
                                       max(seq.num_cached_tokens, 0), seq.num_disk_tokens))
         tokens = self.runner.run(batch)
@@ -188,6 +197,7 @@ class LLMEngine:
         stream = self._streams.pop(seq.request_id)
         self._seqs.pop(seq.request_id, None)
         tag = self._tags.pop(seq.request_id, None)
+        self.reuse.remember(seq)
         if tag is not None:
             self._remember_chain(tag, seq.block_hashes)
         events: list[EngineEvent] = []
@@ -207,7 +217,8 @@ class LLMEngine:
             seq.timings, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0), seq.num_preemptions,
             num_disk_tokens=seq.num_disk_tokens,
         )
-        return Finished(seq.request_id, seq.finish_reason, metrics, tuple(seq.output_ids), text, error)
+        return Finished(seq.request_id, seq.finish_reason, metrics, tuple(seq.output_ids), text, error,
+                        self.reuse.pop(seq))
 
     def _step_stats(self, batch: ScheduledBatch, seconds: float) -> StepStats:
         num_decode = sum(1 for n in batch.num_new_tokens if n == 1)

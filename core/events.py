@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmchat.core.cache_explainer import CacheExplanation
 from llmchat.core.metrics import RequestMetrics
 from llmchat.core.sequence import FinishReason
 
@@ -35,6 +36,7 @@ class Finished:
     output_ids: tuple[int, ...]  # every generated id, the end-of-turn token included
     text: str  # the whole reply as shown (stop string excluded)
     error: str | None = None  # why a request was refused (reason ERROR) or cut short
+    explanation: CacheExplanation | None = None  # where prefix reuse ended and why (None: never admitted)
 
 
 EngineEvent = Started | TextDelta | Finished

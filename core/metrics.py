@@ -148,6 +148,7 @@ class StatsWindow:
         self.ttft: deque[float] = deque(maxlen=size)
         self.tpot: deque[float] = deque(maxlen=size)
         self.decode_steps: deque[StepStats] = deque(maxlen=size)
+        self.prefill_steps: deque[StepStats] = deque(maxlen=size)  # steps that prefilled (decodes may ride along)
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
         self.num_disk_tokens = 0
@@ -167,6 +168,13 @@ class StatsWindow:
     def add_step(self, s: StepStats) -> None:
         if s.num_decode_tokens and not s.num_prefill_tokens:
             self.decode_steps.append(s)
+        elif s.num_prefill_tokens:
+            self.prefill_steps.append(s)
+
+    def prefill_rate(self) -> float:
+        """Prompt tokens computed per second over the recent prefill steps (0.0: none yet)."""
+        seconds = sum(s.seconds for s in self.prefill_steps)
+        return sum(s.num_prefill_tokens for s in self.prefill_steps) / seconds if seconds > 0 else 0.0
 
     def hit_rate(self) -> float:
         return self.num_cached_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0

@@ -92,7 +92,7 @@ class Scheduler:
             seq = self.waiting[0]
             cached = bm.lookup(seq)
             num_loaded = 0
-            if self.lower_tier is not None and bm.enable_prefix_caching:
+            if self.lower_tier is not None and bm.enable_prefix_caching and seq.use_prefix_cache:
                 num_loaded = self.lower_tier.match(seq, len(cached), (seq.num_tokens - 1) // bm.block_size)
             n = min(seq.num_tokens - (len(cached) + num_loaded) * bm.block_size, budget)
             if not bm.allocate(seq, n, cached, num_loaded):
@@ -123,6 +123,7 @@ class Scheduler:
         seq.num_computed_tokens = (start_block + loaded) * bs
         if seq.num_cached_tokens < 0:
             seq.num_disk_tokens = loaded * bs
+            seq.num_disk_failed_blocks = num_blocks - loaded
         self.block_manager.cache_full_blocks(seq)  # shareable at once (the step's other admissions may hit them)
 
     def postprocess(self, batch: ScheduledBatch) -> list[int]:

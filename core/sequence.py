@@ -39,6 +39,8 @@ class Sequence:
     finish_reason: FinishReason | None = None
     timings: RequestTimings = field(default_factory=RequestTimings)
     generator: torch.Generator | None = None
+    num_disk_failed_blocks: int = 0  # disk entries matched at admission that failed to load (bad: removed)
+    use_prefix_cache: bool = True  # False: computed from scratch and never cached (the cache exactness check)
 
     @property
     def num_tokens(self) -> int:

@@ -1,6 +1,7 @@
 """Shared fixtures: the real default model (fetched once, the way a user's machine gets it)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -74,6 +75,20 @@ def tiny_model(default_model_dir):
     torch.manual_seed(0)
     model = build_model(cfg, None)
     return LoadedModel(default_model_dir, cfg, model, tokenizer, 0.0)
+
+
+@pytest.fixture(scope="session")
+def chatty_model(tiny_model):
+    """tiny_model with its own random output head: tied random weights only ever repeat the last token
+    (a wall of newlines); an untied head gives varied, deterministic gibberish that is visible on screen."""
+    import torch
+
+    from llmchat.core.loader import LoadedModel
+    from llmchat.core.model import build_model
+
+    cfg = dataclasses.replace(tiny_model.config, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    return LoadedModel(tiny_model.folder, cfg, build_model(cfg, None), tiny_model.tokenizer, 0.0)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from textual.screen import Screen
 from llmchat.core.chat_import import ChatImportError, read_chat_file
 from llmchat.core.conversation import ChatSettings
 from llmchat.tui.config_command import chat_defaults
+from llmchat.tui.chat_ops import CHAT_OP_COMMANDS
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from llmchat.tui.session import ChatSession
@@ -180,7 +181,7 @@ class ChatActions(_Base):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for key, title, help_text in COMMANDS:
+        for key, title, help_text in COMMANDS + CHAT_OP_COMMANDS:
             yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
         for s in self.ordered_sessions():
             yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.conversation.title)}", "switch to this chat",

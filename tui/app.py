@@ -25,6 +25,7 @@ from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory
 from llmchat.tui.config_command import chat_defaults, start_theme
+from llmchat.tui.chat_ops import ChatOps
 from llmchat.tui.messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
     TurnFinished,
@@ -47,7 +48,7 @@ NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
 
 
-class LlmChatApp(ChatActions, App):
+class LlmChatApp(ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
@@ -63,6 +64,15 @@ class LlmChatApp(ChatActions, App):
         Binding("ctrl+b", "toggle_panels", "Panels", show=False),
         Binding("ctrl+up,alt+up", "switch(-1)", "Previous chat", show=False),
         Binding("ctrl+down,alt+down", "switch(1)", "Next chat", show=False),
+        # cache operations (tui/chat_ops.py), listed on the F1 screen and in the palette
+        Binding("ctrl+g", "regenerate", "Regenerate", show=False),
+        Binding("f2", "edit_last", "Edit & resend", show=False),
+        Binding("f3", "fork_last", "Fork", show=False),
+        Binding("f4", "undo_turn", "Undo turn", show=False),
+        Binding("f5", "verify_cache", "Verify cache", show=False),
+        Binding("f8", "block_map", "Block map", show=False),
+        Binding("f9", "explain_last", "Why this reuse", show=False),
+        Binding("f1", "cache_help", "Cache facts & keys", show=False),
     ]
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
@@ -85,6 +95,7 @@ class LlmChatApp(ChatActions, App):
         self._last_stats = None
         self._shut_down = False
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
+        self.cache_checks: dict = {}  # chat id -> its last CacheCheck (Verify cache)
         self.prefix_tiers: dict = {}  # chat id -> metrics.PrefixTiers (resident / disk only), where the backend tells
         self._resident_asked = 0.0
         self.chat_screen = ChatScreen()

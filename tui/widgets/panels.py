@@ -29,6 +29,11 @@ EXPLAIN = {
 }
 
 
+NOTES = {  # always visible; F1 answers them with this machine's numbers (tui/screens/misconceptions.py)
+    "decode": "bandwidth, not FLOPs, sets TPOT (F1)",
+    "kv": "K and V only; GQA shrinks it (F1)",
+}
+
 NOT_REPORTED = "not reported by this server"
 
 
@@ -125,6 +130,7 @@ class DecodePanel(Panel):
         yield Static(id="decode-rate", classes="figure")
         yield Static(id="requests", classes="note")
         yield Static(id="hit-rate", classes="note")
+        yield Static(Content(NOTES["decode"]), classes="note")
         yield self.compose_explain()
 
     def show(self, stats: EngineStats | None) -> None:
@@ -149,6 +155,7 @@ class KVPanel(Panel):
         yield Static(id="kv-counts", classes="figure")
         yield Static(id="kv-size", classes="note")
         yield Static(id="kv-chats", classes="note")
+        yield Static(Content(NOTES["kv"]), classes="note")
         yield self.compose_explain()
 
     def show(self, stats: EngineStats | None, sessions: list[ChatSession], resident: dict[int, tuple[int, ...]],
