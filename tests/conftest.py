@@ -28,6 +28,12 @@ def isolated_cache_dir(folder: Path) -> Path:
     return folder
 
 
+# Fixtures wider than a test (a server started once per module, say) get one isolated cache dir per test run.
+_SESSION_CACHE_DIR = isolated_cache_dir(Path(__import__("tempfile").mkdtemp(prefix="llmchat-test-cache-")))
+os.environ["LLMCHAT_CACHE_DIR"] = str(_SESSION_CACHE_DIR)
+__import__("atexit").register(__import__("shutil").rmtree, _SESSION_CACHE_DIR, True)  # (unlinks links only)
+
+
 @pytest.fixture(autouse=True)
 def _own_cache_dir(tmp_path_factory, monkeypatch):
     """Every test (and every command it starts) gets its own cache dir (see isolated_cache_dir)."""
