@@ -30,14 +30,17 @@ class AskStream:
 
     def __iter__(self) -> Iterator[str]:
         self.engine.add_request(self.prompt_ids, self.params)
-        while self.engine.has_work:
-            for event in self.engine.step():
-                if isinstance(event, TextDelta) and event.text:
-                    yield event.text
-                elif isinstance(event, Finished):
-                    if event.error:
-                        raise ValueError(event.error)
-                    self.metrics = dataclasses.replace(event.metrics, load_seconds=self.load_seconds)
+        try:
+            while self.engine.has_work:
+                for event in self.engine.step():
+                    if isinstance(event, TextDelta) and event.text:
+                        yield event.text
+                    elif isinstance(event, Finished):
+                        if event.error:
+                            raise ValueError(event.error)
+                        self.metrics = dataclasses.replace(event.metrics, load_seconds=self.load_seconds)
+        finally:
+            self.engine.close()  # the disk tier's writes land before the process exits
 
 
 def ask_stream(
@@ -48,12 +51,15 @@ def ask_stream(
     device: str | None = None,
     progress: Callable[[str], None] | None = None,
     weight_dtype: str | None = None,
-    num_speculative_tokens: int = 4,
+    kv_disk_bytes: int = 0,
+    num_speculative_tokens: int = 0,
     draft_model: str | None = None,
 ) -> AskStream:
-    """Load the model and set up one request on an engine sized for it; iterate the result for the reply."""
+    """Load the model and set up one request on an engine sized for it; iterate the result for the reply.
+    With kv_disk_bytes, the prompt's full blocks are looked up in and written to the disk tier."""
     config = EngineConfig(model=model, device=device or "cpu", max_num_seqs=1, weight_dtype=weight_dtype or "auto",
-                          num_speculative_tokens=num_speculative_tokens, draft_model=draft_model)
+                          kv_disk_bytes=kv_disk_bytes, num_speculative_tokens=num_speculative_tokens,
+                          draft_model=draft_model)
     loaded = load_model_for(config, progress=progress)
     prompt_ids = prompt_ids_for(loaded.tokenizer, chat_messages(question, system))
     element_size = loaded.model.dtype.itemsize

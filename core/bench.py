@@ -5,11 +5,13 @@ TPOT = (last - first) / (tokens - 1), one clock: time.perf_counter).
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,11 +22,12 @@ from llmchat.core.config import EngineConfig
 from llmchat.core.dense import generate_dense
 from llmchat.core.engine import LLMEngine
 from llmchat.core.events import Finished
+from llmchat.core.kv_disk import DEFAULT_KV_DISK_BYTES, default_kv_disk_dir
 from llmchat.core.loader import LoadedModel
 from llmchat.core.sampling import SamplingParams
 from llmchat.core.bench_speculative import run_speculative
 
-SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory", "speculative")
+SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory", "speculative", "restart")
 # A fresh process per memory figure (max RSS is a per-process high-water mark): `ask` sizes its KV cache to one
 # request; the app-like setup takes the default engine config (default KV budget) and runs one turn.
 _MEMORY_SCRIPT = """
@@ -68,10 +71,12 @@ class BenchSize:
     switch_history_tokens: int
     switch_rounds: int
     repeats: int
+    restart_history_tokens: int
+    restart_reply_tokens: int
 
 
-FULL = BenchSize((40, 512, 2048), (40, 2000), 32, 8, 60, 64, (1, 2, 4, 8), 64, 500, 2, 3)
-QUICK = BenchSize((40, 128), (40, 200), 8, 3, 20, 8, (1, 2), 8, 64, 1, 1)
+FULL = BenchSize((40, 512, 2048), (40, 2000), 32, 8, 60, 64, (1, 2, 4, 8), 64, 500, 2, 3, 2000, 64)
+QUICK = BenchSize((40, 128), (40, 200), 8, 3, 20, 8, (1, 2), 8, 64, 1, 1, 200, 8)
 
 
 @dataclass(slots=True)
@@ -153,7 +158,10 @@ class Bench:
     def __init__(self, loaded: LoadedModel, size: BenchSize, log: Callable[[str], None] = lambda _: None,
                  config: EngineConfig = EngineConfig()):
         self.loaded = loaded
-        self.config = config
+        # the disk tier only where a scenario asks for it (restart): elsewhere it would turn a cold prompt of an
+        # earlier bench run into disk hits
+        self.kv_disk_bytes = config.kv_disk_bytes or DEFAULT_KV_DISK_BYTES
+        self.config = dataclasses.replace(config, kv_disk_bytes=0)
         self.size = size
         self.log = log
         self.results = Results()
@@ -274,3 +282,32 @@ class Bench:
     def speculative(self) -> None:
         """Speculative decoding on vs off: a repeat-this-code turn and a plain turn (core/bench_speculative.py)."""
         run_speculative(self)
+
+    def restart(self) -> None:
+        """A chat of ~2,000 tokens, then the app restarts (a new engine: the paged cache is empty, the OS page cache
+        is left as it is) and the chat's next turn runs: with the disk tier (variant disk) and without (cold)."""
+        s = self.size
+        values: dict[str, dict[str, list[float]]] = {"disk": {"ttft": [], "tpot": [], "disk_tokens": []},
+                                                     "cold": {"ttft": [], "tpot": []}}
+        parent = default_kv_disk_dir().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(s.repeats):
+            with tempfile.TemporaryDirectory(prefix="bench-kv-", dir=parent) as tier:
+                disk = {"kv_disk_bytes": self.kv_disk_bytes, "kv_disk_dir": tier}
+                engine, chat = self.engine(**disk), Conversation(0)
+                chat_turn(engine, chat, filler_text(s.restart_history_tokens - 40, self.next_salt()), 16)
+                engine.close()  # quitting: the writes land
+                question = filler_text(20, self.next_salt())
+                for variant, overrides in (("disk", disk), ("cold", {})):
+                    turn = copy.deepcopy(chat)
+                    engine = self.engine(**overrides)  # the restarted app: nothing resident
+                    m = chat_turn(engine, turn, question, s.restart_reply_tokens).metrics
+                    engine.close()
+                    values[variant]["ttft"].append(m.ttft * 1e3)
+                    values[variant]["tpot"].append(m.tpot * 1e3)
+                    if variant == "disk":
+                        values[variant]["disk_tokens"].append(m.num_disk_tokens)
+        units = {"ttft": "ms", "tpot": "ms", "disk_tokens": "tokens"}
+        for variant, metrics in values.items():
+            for metric, vals in metrics.items():
+                self.results.add("restart", variant, metric, vals, units[metric])

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
+from llmchat.core.eviction_log import EvictionLog
 from llmchat.core.sequence import Sequence
 
 ROOT_HASH = b"llmchat-kv-root"
@@ -52,6 +53,7 @@ class BlockManager:
         self.cached_free: OrderedDict[int, None] = OrderedDict()  # LRU: first = evicted first
         self.hash_to_block: dict[bytes, int] = {}
         self.num_evictions = 0
+        self.evictions = EvictionLog(4 * num_blocks)  # hash -> when it was evicted (the cache explainer asks)
 
     # -- counts -----------------------------------------------------------------------------
     @property
@@ -84,7 +86,7 @@ class BlockManager:
 
     def lookup(self, seq: Sequence) -> list[int]:
         """Block ids of the longest cached prefix of seq, at most num_tokens - 1 tokens (the last is computed)."""
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or not seq.use_prefix_cache:
             return []
         self.update_block_hashes(seq)
         return self._cached_chain(seq.token_ids, seq.block_hashes, (seq.num_tokens - 1) // self.block_size)
@@ -114,23 +116,26 @@ class BlockManager:
         return hits
 
     # -- allocation -------------------------------------------------------------------------
-    def can_allocate(self, seq: Sequence, num_new_tokens: int, cached_ids: Seq[int] = ()) -> bool:
-        num_computed = len(cached_ids) * self.block_size if cached_ids else seq.num_computed_tokens  # as allocate sets it
+    def can_allocate(self, seq: Sequence, num_new_tokens: int, cached_ids: Seq[int] = (), num_loaded_blocks: int = 0) -> bool:
+        num_hit_blocks = len(cached_ids) + num_loaded_blocks
+        num_computed = num_hit_blocks * self.block_size if num_hit_blocks else seq.num_computed_tokens  # as allocate sets it
         needed = self.num_blocks_for(num_computed + num_new_tokens) - len(seq.block_table) - len(cached_ids)
         revived = sum(1 for b in cached_ids if self.blocks[b].ref_count == 0)  # they leave the free pool
         return needed <= self.num_free_blocks - revived
 
-    def allocate(self, seq: Sequence, num_new_tokens: int, cached_ids: Seq[int] = ()) -> bool:
+    def allocate(self, seq: Sequence, num_new_tokens: int, cached_ids: Seq[int] = (), num_loaded_blocks: int = 0) -> bool:
         """Grow seq.block_table to hold num_computed_tokens + num_new_tokens; cached_ids (from lookup) are
-        shared first and count as computed. Returns False, changing nothing, when blocks are short."""
-        if not self.can_allocate(seq, num_new_tokens, cached_ids):
+        shared first and count as computed; then num_loaded_blocks fresh blocks that the caller fills from the
+        disk tier count as computed too (if a load fails, the caller lowers num_computed_tokens). Returns False,
+        changing nothing, when blocks are short."""
+        if not self.can_allocate(seq, num_new_tokens, cached_ids, num_loaded_blocks):
             return False
-        if cached_ids:
+        if cached_ids or num_loaded_blocks:
             assert not seq.block_table and seq.num_computed_tokens == 0, "prefix hits only for a fresh sequence"
             for block_id in cached_ids:
                 self._touch(block_id)
             seq.block_table.extend(cached_ids)
-            seq.num_computed_tokens = len(cached_ids) * self.block_size
+            seq.num_computed_tokens = (len(cached_ids) + num_loaded_blocks) * self.block_size
         needed = self.num_blocks_for(seq.num_computed_tokens + num_new_tokens) - len(seq.block_table)
         for _ in range(needed):
             seq.block_table.append(self._take_block())
@@ -159,12 +164,14 @@ class BlockManager:
             block.ref_count = 0
             self.empty_ids.append(block.block_id)
 
-    def cache_full_blocks(self, seq: Sequence) -> None:
-        """Register the hashes of seq's full, computed blocks so later requests can reuse them."""
-        if not self.enable_prefix_caching:
-            return
+    def cache_full_blocks(self, seq: Sequence) -> list[int]:
+        """Register the hashes of seq's full, computed blocks so later requests can reuse them; returns the ids
+        of the blocks newly registered (for the disk tier)."""
+        if not self.enable_prefix_caching or not seq.use_prefix_cache:
+            return []
         self.update_block_hashes(seq)
         bs = self.block_size
+        registered: list[int] = []
         for i in range(min(seq.num_computed_tokens // bs, len(seq.block_table))):
             block = self.blocks[seq.block_table[i]]
             if block.block_hash is not None:
@@ -176,6 +183,8 @@ class BlockManager:
             block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
             block.parent_hash = seq.block_hashes[i - 1] if i else None
             self.hash_to_block[block_hash] = block.block_id
+            registered.append(block.block_id)
+        return registered
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached-free block (used blocks keep their hashes)."""
@@ -196,6 +205,7 @@ class BlockManager:
             block_id = self.empty_ids.pop()
         else:
             block_id, _ = self.cached_free.popitem(last=False)  # evict the least recently used
+            self.evictions.record(self.blocks[block_id].block_hash)
             self._forget(self.blocks[block_id])
             self.num_evictions += 1
         block = self.blocks[block_id]

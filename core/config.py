@@ -7,6 +7,7 @@ from pathlib import Path
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 MAX_SPECULATIVE_TOKENS = 16
+DEFAULT_SPECULATIVE_TOKENS = 4  # what --speculative drafts at most per step (speculation is off by default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +94,10 @@ class EngineConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     enable_prefix_caching: bool = True
+    kv_disk_bytes: int = 0  # the prefix cache's disk tier budget; 0: off (the command line turns it on by default)
+    kv_disk_dir: str | None = None  # None: <cache dir>/kv
     kernel_backend: str | None = None  # None: triton on CUDA, torch otherwise (resolved once, by the runner)
-    num_speculative_tokens: int = 4  # most tokens drafted per sequence and step (adaptive below it); 0: off
+    num_speculative_tokens: int = 0  # most tokens drafted per sequence and step (adaptive below it); 0: off (default)
     draft_model: str | None = None  # a model with the same vocabulary that drafts; None: prompt lookup (n-grams)
 
     def __post_init__(self) -> None:
@@ -105,3 +108,5 @@ class EngineConfig:
         if not 0 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
             raise ValueError(f"the number of speculative tokens must be 0 (off) to {MAX_SPECULATIVE_TOKENS}, "
                              f"got {self.num_speculative_tokens}")
+        if self.kv_disk_bytes < 0:
+            raise ValueError("the disk tier's budget (--kv-disk-gb) must not be negative")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from llmchat.core.cache_explainer import CacheExplanation
 from llmchat.core.metrics import RequestMetrics
 
 DEFAULT_TITLE = "New chat"
@@ -50,6 +51,7 @@ class Message:
     created_at: float = field(default_factory=time.time)
     message_id: int | None = None
     token_span: tuple[int, int] | None = None  # [start, end) in Conversation.token_ids; None: not known
+    explanation: CacheExplanation | None = None  # a reply's prefix reuse, as the engine explained it (not stored)
 
 
 @dataclass(slots=True)
@@ -90,6 +92,46 @@ class Conversation:
         for m in (user, reply):
             self.messages.remove(m)
         self.retitle()
+
+    def start_reply(self) -> tuple[Message, Message]:
+        """A new streaming reply to the last message (a user message whose reply was dropped); returns both."""
+        assert self.messages and self.messages[-1].role == "user", "a reply answers a user message"
+        reply = Message("assistant", "", status="streaming")
+        self.messages.append(reply)
+        self.updated_at = time.time()
+        return self.messages[-2], reply
+
+    # -- branches: each keeps the exact ids before the point it changes ---------------------
+    def cut_at(self, message: Message) -> list[Message]:
+        """Remove `message` and every message after it; returns them. The chat keeps the exact ids before it
+        (all of them when its span is unknown: then the next prompt is tokenized afresh)."""
+        i = self.messages.index(message)
+        removed = self.messages[i:]
+        del self.messages[i:]
+        self.token_ids = self.token_ids[: message.token_span[0]] if message.token_span is not None else []
+        self.updated_at = time.time()
+        self.retitle()
+        return removed
+
+    def drop_last_reply(self) -> Message:
+        """For a regenerate: the last reply goes, and the ids go back to the start of its user message, so the
+        next prompt re-renders that message to the very same ids."""
+        reply = self.messages[-1]
+        assert reply.role == "assistant" and len(self.messages) >= 2, "the chat ends with a reply"
+        user = self.messages[-2]
+        self.cut_at(reply)
+        self.token_ids = self.token_ids[: user.token_span[0]] if user.token_span is not None else []
+        return reply
+
+    def branch(self, upto: Message, chat_id: int = 0) -> "Conversation":
+        """A copy of this chat up to and including `upto`, with the exact ids up to its end (a fork)."""
+        i = self.messages.index(upto)
+        messages = [Message(m.role, m.content, m.status, m.finish_reason, m.error, m.metrics, m.created_at, None,
+                            m.token_span) for m in self.messages[: i + 1]]
+        end = upto.token_span[1] if upto.token_span is not None else 0
+        s = self.settings
+        return Conversation(chat_id, f"{self.title} (fork)", False, settings=ChatSettings(
+            s.system_prompt, s.temperature, s.top_p, s.max_tokens), token_ids=self.token_ids[:end], messages=messages)
 
     def begin_reply(self, user: Message, reply: Message, prompt_ids: list[int]) -> None:
         """The engine took the turn's prompt: this chat's ids, then what the user's message added."""

@@ -9,11 +9,14 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from llmchat.core.block_manager import BlockManager
+from llmchat.core.cache_explainer import PromptContext
 from llmchat.core.config import EngineConfig
 from llmchat.core.events import EngineEvent, Finished, Started, TextDelta
 from llmchat.core.kv_cache import PagedKVCache, default_kv_cache_bytes
+from llmchat.core.kv_disk import KVDiskTier, kv_disk_root
 from llmchat.core.loader import LoadedModel
-from llmchat.core.metrics import EngineStats, LiveRequest, RequestMetrics, StatsWindow, StepStats, now
+from llmchat.core.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics, StatsWindow, StepStats, now
+from llmchat.core.reuse_memory import ReuseMemory
 from llmchat.core.runner import ModelRunner
 from llmchat.core.sampling import SamplingParams
 from llmchat.core.scheduler import ScheduledBatch, Scheduler
@@ -54,7 +57,12 @@ class LLMEngine:
             self.kv_cache.num_blocks, config.block_size, config.enable_prefix_caching,
             model_fingerprint(loaded, dtype_name),
         )
-        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens)
+        self.kv_disk: KVDiskTier | None = None
+        if config.kv_disk_bytes > 0 and config.enable_prefix_caching:
+            self.kv_disk = KVDiskTier.open(kv_disk_root(config.kv_disk_dir), config.kv_disk_bytes, self.kv_cache,
+                                           self.block_manager)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
+                                   self.kv_disk)
         self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)
         self.max_context = loaded.config.max_position_embeddings
         self.speculator = build_speculator(config, loaded, self.block_manager, self.max_context, draft)
@@ -66,21 +74,27 @@ class LLMEngine:
         self._pending: list[EngineEvent] = []
         self._tags: dict[int, Hashable] = {}  # request id -> the conversation it answers (if the client said)
         self._chains: OrderedDict[Hashable, list[bytes]] = OrderedDict()  # tag -> block hashes of its last request
+        self.reuse = ReuseMemory(self.block_manager, lambda token_id: self.tokenizer.decode([token_id]),
+                                 lambda: self.kv_disk)
 
     MAX_REMEMBERED_CHAINS = 256
 
     # -- requests ---------------------------------------------------------------------------
-    def add_request(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None) -> int:
+    def add_request(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None,
+                    context: PromptContext | None = None, use_prefix_cache: bool = True) -> int:
         """Queue a request; a refused one (empty, too long) gets its Finished(ERROR) event at the next step.
-        `tag` names the conversation it answers, for residency()."""
+        `tag` names the conversation it answers, for residency(); `context` says what the client kept, for the
+        cache explainer; use_prefix_cache=False computes it from scratch and caches nothing."""
         request_id = next(self._ids)
-        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=params.make_generator())
+        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=params.make_generator(),
+                       use_prefix_cache=use_prefix_cache)
         error = self._refusal(seq)
         if error:
             seq.finish_reason = FinishReason.ERROR
             self._pending.append(self._finished(seq, error))
             return request_id
         self._seqs[request_id] = seq
+        self.reuse.expect(request_id, tag, context)
         if tag is not None:
             self._tags[request_id] = tag
         self._streams[request_id] = _Stream(IncrementalDetokenizer(self.tokenizer), StopStringMatcher(params.stop))
@@ -141,8 +155,8 @@ class LLMEngine:
         batch, dropped = self.scheduler.schedule()
         for seq in dropped:
             events.extend(self._finish_stream(seq, "the KV cache is too small to continue this reply; raise --kv-cache-gb"))
-        for num_prompt, num_cached in self.scheduler.lookups:
-            self.window.add_lookup(num_prompt, num_cached)
+        for num_prompt, num_cached, num_disk in self.scheduler.lookups:
+            self.window.add_lookup(num_prompt, num_cached, num_disk)
         self.scheduler.lookups.clear()
         if not batch.seqs:
             return events
@@ -150,10 +164,14 @@ class LLMEngine:
         for seq in batch.seqs:
             if seq.timings.scheduled is None:
                 seq.timings.scheduled = start
+                self.reuse.admitted(seq)
                 events.append(Started(seq.request_id, tuple(seq.token_ids[: seq.num_prompt_tokens]),
-                                      max(seq.num_cached_tokens, 0)))
+                                      max(seq.num_cached_tokens, 0), seq.num_disk_tokens))
         tokens = self.runner.run(batch)
-        spec = self.speculator.settle(batch, tokens, self.scheduler.postprocess)
+        newly_hashed: list[int] = []  # blocks hashed this step, while the kept drafts sit in token_ids
+        spec = self.speculator.settle(batch, tokens, lambda b: newly_hashed.extend(self.scheduler.postprocess(b)))
+        if self.kv_disk is not None and newly_hashed:
+            self.kv_disk.save(newly_hashed)
         end = now()
         self.window.add_step(self._step_stats(batch, end - start, spec))
         for seq, new_ids in zip(batch.seqs, tokens):
@@ -184,11 +202,9 @@ class LLMEngine:
         stream = self._streams.pop(seq.request_id)
         self._seqs.pop(seq.request_id, None)
         tag = self._tags.pop(seq.request_id, None)
+        self.reuse.remember(seq)
         if tag is not None:
-            self._chains[tag] = list(seq.block_hashes)
-            self._chains.move_to_end(tag)
-            while len(self._chains) > self.MAX_REMEMBERED_CHAINS:
-                self._chains.popitem(last=False)
+            self._remember_chain(tag, seq.block_hashes)
         events: list[EngineEvent] = []
         if not stream.stop.stopped:
             tail, stopped = stream.stop.feed(stream.detok.flush())
@@ -203,9 +219,11 @@ class LLMEngine:
 
     def _finished(self, seq: Sequence, error: str | None, text: str = "") -> Finished:
         metrics = RequestMetrics.from_timings(
-            seq.timings, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0), seq.num_preemptions
+            seq.timings, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0), seq.num_preemptions,
+            num_disk_tokens=seq.num_disk_tokens,
         )
-        return Finished(seq.request_id, seq.finish_reason, metrics, tuple(seq.output_ids), text, error)
+        return Finished(seq.request_id, seq.finish_reason, metrics, tuple(seq.output_ids), text, error,
+                        self.reuse.pop(seq))
 
     def _step_stats(self, batch: ScheduledBatch, seconds: float, spec: SpecStep) -> StepStats:
         decoding = [n for n, drafting in zip(batch.num_new_tokens, spec.drafting) if n == 1 or drafting]
@@ -237,6 +255,8 @@ class LLMEngine:
             spec_acceptance_rate=self.window.spec_rates()[0],
             spec_tokens_per_step=self.window.spec_rates()[1],
             requests=tuple(self._live(seq) for seq in (*self.scheduler.running, *self.scheduler.waiting)),
+            disk=self.kv_disk.stats() if self.kv_disk is not None else None,
+            prefix_disk_hit_rate=self.window.disk_hit_rate(),
         )
 
     @staticmethod
@@ -257,3 +277,36 @@ class LLMEngine:
             if seq is not None:
                 blocks.setdefault(tag, set()).update(seq.block_table)
         return {tag: tuple(sorted(ids)) for tag, ids in blocks.items() if ids}
+
+    def prefix_tiers(self) -> dict[Hashable, PrefixTiers]:
+        """Per tag: how many full blocks its last request's prefix has, how many of them are resident in the
+        paged cache, and how many more are only in the disk tier (the rest would be recomputed)."""
+        tiers = {}
+        for tag, chain in self._chains.items():
+            num_resident = len(self.block_manager.resident_chain(chain))
+            rest = chain[num_resident:]
+            num_disk = self.kv_disk.count_on_disk(rest) if self.kv_disk is not None else 0
+            tiers[tag] = PrefixTiers(len(chain), num_resident, num_disk)
+        return tiers
+
+    def adopt_chain(self, tag: Hashable, token_ids: list[int]) -> None:
+        """Remember the hash chain of a conversation this engine has not answered yet (a chat from before a
+        restart), so prefix_tiers() can say where its prefix is."""
+        if tag in self._chains or not self.block_manager.enable_prefix_caching:
+            return
+        probe = Sequence(-1, list(token_ids), len(token_ids), SamplingParams())
+        self.block_manager.update_block_hashes(probe)
+        self._remember_chain(tag, probe.block_hashes)
+
+    def _remember_chain(self, tag: Hashable, chain: list[bytes]) -> None:
+        self._chains[tag] = list(chain)
+        self._chains.move_to_end(tag)
+        while len(self._chains) > self.MAX_REMEMBERED_CHAINS:
+            self._chains.popitem(last=False)
+
+    def close(self) -> None:
+        """Finish the disk tier's writes (a one-shot command calls this before it exits)."""
+        if self.kv_disk is not None:
+            self.kv_disk.close()
+            self.kv_disk = None
+            self.scheduler.lower_tier = None

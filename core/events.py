@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmchat.core.cache_explainer import CacheExplanation
 from llmchat.core.metrics import RequestMetrics
 from llmchat.core.sequence import FinishReason
 
@@ -17,6 +18,7 @@ class Started:
     request_id: int
     prompt_ids: tuple[int, ...]  # exactly what the model is fed (the conversation keeps these ids)
     num_cached_tokens: int  # of them, how many came from the prefix cache
+    num_disk_tokens: int = 0  # of those, how many the disk tier supplied
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,7 @@ class Finished:
     output_ids: tuple[int, ...]  # every generated id, the end-of-turn token included
     text: str  # the whole reply as shown (stop string excluded)
     error: str | None = None  # why a request was refused (reason ERROR) or cut short
+    explanation: CacheExplanation | None = None  # where prefix reuse ended and why (None: never admitted)
 
 
 EngineEvent = Started | TextDelta | Finished

@@ -31,3 +31,25 @@ class PagedKVCache:
         # what it gathers past it, so garbage never reaches an output (tests poison the cache with NaN).
         self.k = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.v = [torch.empty(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        """One block's K and V across all layers: [num_layers, 2, block_size, num_kv_heads, head_dim]."""
+        return (len(self.k), 2, *self.k[0].shape[1:])
+
+    def read_blocks(self, block_ids: list[int]) -> torch.Tensor:
+        """A CPU copy of these blocks' K and V: [len(block_ids), num_layers, 2, block_size, num_kv_heads, head_dim]."""
+        index = torch.tensor(block_ids, dtype=torch.int64, device=self.k[0].device)
+        out = torch.empty((len(block_ids), *self.block_shape), dtype=self.k[0].dtype)
+        for layer, (k, v) in enumerate(zip(self.k, self.v)):
+            out[:, layer, 0] = k.index_select(0, index).cpu()
+            out[:, layer, 1] = v.index_select(0, index).cpu()
+        return out
+
+    def write_block(self, block_id: int, data: torch.Tensor) -> None:
+        """Fill one block from `data` [num_layers, 2, block_size, num_kv_heads, head_dim] (as read_blocks gives)."""
+        assert tuple(data.shape) == self.block_shape, (tuple(data.shape), self.block_shape)
+        data = data.to(self.k[0].device)
+        for layer, (k, v) in enumerate(zip(self.k, self.v)):
+            k[block_id].copy_(data[layer, 0])
+            v[block_id].copy_(data[layer, 1])

@@ -9,6 +9,10 @@ import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (torch-free here: the UI imports this module)
+    from llmchat.core.kv_disk_store import DiskTierStats
 
 now = time.perf_counter
 
@@ -55,6 +59,7 @@ class RequestMetrics:
     tpot: float  # seconds per output token after the first; NaN with fewer than 2 tokens
     num_preemptions: int = 0
     load_seconds: float = 0.0  # model load time, for one-shot commands that include it
+    num_disk_tokens: int = 0  # of num_cached_tokens, how many the disk tier supplied (the rest: resident blocks)
     num_forwards: int = 0  # forward passes that gave it tokens
     num_draft_tokens: int = 0  # speculative tokens drafted and verified
     num_accepted_tokens: int = 0  # of them, kept (each one a token without a forward pass of its own)
@@ -73,14 +78,19 @@ class RequestMetrics:
         """Output tokens per forward pass that produced any: 1 without speculation."""
         return self.num_output_tokens / self.num_forwards if self.num_forwards else float("nan")
 
+    @property
+    def num_memory_tokens(self) -> int:
+        """Cached prompt tokens whose blocks were still resident in the paged cache."""
+        return self.num_cached_tokens - self.num_disk_tokens
+
     @classmethod
     def from_timings(
         cls, t: RequestTimings, num_prompt_tokens: int, num_cached_tokens: int, num_preemptions: int = 0,
-        load_seconds: float = 0.0,
+        load_seconds: float = 0.0, num_disk_tokens: int = 0,
     ) -> "RequestMetrics":
         return cls(num_prompt_tokens, num_cached_tokens, t.num_output_tokens, t.queue_time(), t.ttft(), t.tpot(),
-                   num_preemptions, load_seconds, num_forwards=t.num_forwards, num_draft_tokens=t.num_draft_tokens,
-                   num_accepted_tokens=t.num_accepted_tokens)
+                   num_preemptions, load_seconds, num_disk_tokens, num_forwards=t.num_forwards,
+                   num_draft_tokens=t.num_draft_tokens, num_accepted_tokens=t.num_accepted_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +119,20 @@ class LiveRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class PrefixTiers:
+    """Where one conversation's cached prefix is: of its full blocks, how many are resident in the paged
+    cache, how many more only in the disk tier; the rest is gone (recomputed on its next turn)."""
+
+    num_blocks: int
+    num_resident: int
+    num_disk_only: int
+
+    @property
+    def num_gone(self) -> int:
+        return self.num_blocks - self.num_resident - self.num_disk_only
+
+
+@dataclass(frozen=True, slots=True)
 class EngineStats:
     """A snapshot for the UI: blocks, queues, cache hits, recent latencies and throughput."""
 
@@ -129,6 +153,8 @@ class EngineStats:
     requests: tuple[LiveRequest, ...] = ()  # in flight: running first, then waiting
     spec_acceptance_rate: float = float("nan")  # kept / drafted speculative tokens, recent window; NaN: none drafted
     spec_tokens_per_step: float = float("nan")  # tokens per sequence per decode step, recent window (1 = no gain)
+    disk: "DiskTierStats | None" = None  # the disk tier of the prefix cache; None when it is off
+    prefix_disk_hit_rate: float = 0.0  # prompt tokens from the disk tier / prompt tokens looked up, since start
 
     def request(self, request_id: int | None) -> LiveRequest | None:
         return next((r for r in self.requests if r.request_id == request_id), None)
@@ -141,8 +167,10 @@ class StatsWindow:
         self.ttft: deque[float] = deque(maxlen=size)
         self.tpot: deque[float] = deque(maxlen=size)
         self.decode_steps: deque[StepStats] = deque(maxlen=size)
+        self.prefill_steps: deque[StepStats] = deque(maxlen=size)  # steps that prefilled (decodes may ride along)
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
+        self.num_disk_tokens = 0
         self.num_preemptions = 0
         self.spec_steps: deque[tuple[int, int, int, int]] = deque(maxlen=size)  # drafted, kept, tokens, seqs
 
@@ -162,16 +190,27 @@ class StatsWindow:
         if m.tpot == m.tpot:
             self.tpot.append(m.tpot)
 
-    def add_lookup(self, num_prompt_tokens: int, num_cached_tokens: int) -> None:
+    def add_lookup(self, num_prompt_tokens: int, num_cached_tokens: int, num_disk_tokens: int = 0) -> None:
         self.num_prompt_tokens += num_prompt_tokens
         self.num_cached_tokens += num_cached_tokens
+        self.num_disk_tokens += num_disk_tokens
 
     def add_step(self, s: StepStats) -> None:
         if s.num_decode_tokens and not s.num_prefill_tokens:
             self.decode_steps.append(s)
+        elif s.num_prefill_tokens:
+            self.prefill_steps.append(s)
+
+    def prefill_rate(self) -> float:
+        """Prompt tokens computed per second over the recent prefill steps (0.0: none yet)."""
+        seconds = sum(s.seconds for s in self.prefill_steps)
+        return sum(s.num_prefill_tokens for s in self.prefill_steps) / seconds if seconds > 0 else 0.0
 
     def hit_rate(self) -> float:
         return self.num_cached_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
+
+    def disk_hit_rate(self) -> float:
+        return self.num_disk_tokens / self.num_prompt_tokens if self.num_prompt_tokens else 0.0
 
     def decode_rates(self) -> tuple[float, float]:
         """(tokens/s, GB/s) over the recent pure-decode steps."""

@@ -60,5 +60,9 @@ class Backend(Protocol):
 
     def info(self) -> BackendInfo: ...
 
+    # Optional (the UI checks with getattr): where each conversation's prefix is across the cache's tiers.
+    # def prefix_tiers(self) -> Future: {conversation id: metrics.PrefixTiers}
+    # def remember(self, conversation_id: int, token_ids: list[int]) -> None: a conversation from before a restart
+
     def shutdown(self) -> None:
         """Abort what is in flight (each gets its Finished), then stop."""

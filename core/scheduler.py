@@ -8,7 +8,9 @@ blocks run out, the newest running sequence is preempted (its blocks freed, reco
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from typing import Protocol
 
 from llmchat.core.block_manager import BlockManager
 from llmchat.core.sequence import FinishReason, Sequence, SequenceStatus
@@ -29,14 +31,25 @@ class ScheduledBatch:
         return all(n == 1 for n in self.num_new_tokens)
 
 
+class PrefixTier(Protocol):
+    """A lower tier of the prefix cache (the disk tier, core/kv_disk.py), looked up after resident blocks."""
+
+    def match(self, seq: Sequence, start_block: int, max_blocks: int) -> int: ...
+
+    def load(self, seq: Sequence, start_block: int, block_ids: Seq[int]) -> int: ...
+
+
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 lower_tier: PrefixTier | None = None):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.lower_tier = lower_tier
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # oldest first; the last one is preempted first
-        self.lookups: list[tuple[int, int]] = []  # (prompt tokens, cached tokens) of first admissions, drained by the engine
+        # (prompt tokens, cached tokens, of them from the lower tier) of first admissions, drained by the engine
+        self.lookups: list[tuple[int, int, int]] = []
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -81,17 +94,23 @@ class Scheduler:
         while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
             cached = bm.lookup(seq)
-            n = min(seq.num_tokens - len(cached) * bm.block_size, budget)
-            if not bm.allocate(seq, n, cached):
+            num_loaded = 0
+            if self.lower_tier is not None and bm.enable_prefix_caching and seq.use_prefix_cache:
+                num_loaded = self.lower_tier.match(seq, len(cached), (seq.num_tokens - 1) // bm.block_size)
+            n = min(seq.num_tokens - (len(cached) + num_loaded) * bm.block_size, budget)
+            if not bm.allocate(seq, n, cached, num_loaded):
                 if not self.running and not seqs:  # an empty cache cannot hold it: refuse rather than wait forever
                     self.waiting.popleft()
                     self.finish(seq, FinishReason.LENGTH)
                     dropped.append(seq)
                     continue
                 break
+            if num_loaded:
+                self._load_from_lower_tier(seq, len(cached), num_loaded)
             if seq.num_cached_tokens < 0:
                 seq.num_cached_tokens = min(seq.num_computed_tokens, seq.num_prompt_tokens)
-                self.lookups.append((seq.num_prompt_tokens, seq.num_cached_tokens))
+                seq.num_disk_tokens = min(seq.num_disk_tokens, seq.num_cached_tokens)
+                self.lookups.append((seq.num_prompt_tokens, seq.num_cached_tokens, seq.num_disk_tokens))
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
@@ -100,11 +119,24 @@ class Scheduler:
             budget -= n
         return ScheduledBatch(seqs, num_new), dropped
 
-    def postprocess(self, batch: ScheduledBatch) -> None:
-        """After the forward: the scheduled tokens are computed; cache the blocks they filled."""
+    def _load_from_lower_tier(self, seq: Sequence, start_block: int, num_blocks: int) -> None:
+        """Fill the blocks allocate() set aside; a load that stops early leaves the rest to be computed."""
+        bs = self.block_manager.block_size
+        loaded = self.lower_tier.load(seq, start_block, seq.block_table[start_block : start_block + num_blocks])
+        seq.num_computed_tokens = (start_block + loaded) * bs
+        if seq.num_cached_tokens < 0:
+            seq.num_disk_tokens = loaded * bs
+            seq.num_disk_failed_blocks = num_blocks - loaded
+        self.block_manager.cache_full_blocks(seq)  # shareable at once (the step's other admissions may hit them)
+
+    def postprocess(self, batch: ScheduledBatch) -> list[int]:
+        """After the forward: the scheduled tokens are computed; cache the blocks they filled. Returns the ids of
+        the blocks newly hashed (for the disk tier)."""
+        registered: list[int] = []
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.num_computed_tokens += n
-            self.block_manager.cache_full_blocks(seq)
+            registered += self.block_manager.cache_full_blocks(seq)
+        return registered
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
         if seq in self.running:

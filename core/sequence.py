@@ -33,6 +33,7 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)  # hash chain of the full blocks of token_ids
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     num_cached_tokens: int = -1  # prompt tokens reused from the prefix cache at first admission (-1: not yet)
+    num_disk_tokens: int = 0  # of those, how many the disk tier supplied
     num_preemptions: int = 0
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: FinishReason | None = None
@@ -41,6 +42,8 @@ class Sequence:
     draft_ids: list[int] = field(default_factory=list)  # speculative tokens proposed for this step (core/speculative.py)
     draft_probs: torch.Tensor | None = None  # [len(draft_ids), vocab]: the draft model's q; None for a one-hot draft
     spec: object | None = None  # the speculator's per-sequence state (SpecState)
+    num_disk_failed_blocks: int = 0  # disk entries matched at admission that failed to load (bad: removed)
+    use_prefix_cache: bool = True  # False: computed from scratch and never cached (the cache exactness check)
 
     @property
     def num_tokens(self) -> int:

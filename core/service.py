@@ -14,8 +14,11 @@ import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
+from llmchat.core.block_map import block_map_of
+from llmchat.core.cache_explainer import PromptContext
 from llmchat.core.conversation import Conversation
 from llmchat.core.engine import LLMEngine
+from llmchat.core.engine_facts import facts_of
 from llmchat.core.events import EngineEvent, Finished
 from llmchat.core.metrics import EngineStats, RequestMetrics
 from llmchat.core.prompt import prompt_ids_for
@@ -76,15 +79,23 @@ class EngineService:
         snapshot = (conversation.template_messages(), list(conversation.token_ids))  # read now, on this thread
         return self._put("submit", snapshot, params, conversation_id)
 
-    def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None) -> RequestHandle:
-        """A request whose prompt is already tokenized (benchmarks, completions)."""
-        return self._put("submit_ids", list(prompt_ids), params, tag)
+    def submit_messages(self, messages: list[dict], token_ids: list[int] | tuple[int, ...], params: SamplingParams,
+                        tag: Hashable | None = None) -> RequestHandle:
+        """Answer template messages (the last one a user message); `token_ids` are ids already fed and
+        generated for their beginning (core/prompt.py checks them), () for none."""
+        return self._put("submit", (list(messages), list(token_ids)), params, tag)
 
-    def _put(self, kind: str, prompt: object, params: SamplingParams, tag: Hashable | None) -> RequestHandle:
+    def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None,
+                   use_prefix_cache: bool = True) -> RequestHandle:
+        """A request whose prompt is already tokenized (benchmarks, completions, the cache exactness check)."""
+        return self._put("submit_ids", list(prompt_ids), params, tag, use_prefix_cache)
+
+    def _put(self, kind: str, prompt: object, params: SamplingParams, tag: Hashable | None,
+             use_prefix_cache: bool = True) -> RequestHandle:
         if self._stopped.is_set():
             raise RuntimeError("the engine is shut down")
         handle = RequestHandle(next(self._ids), owner=self, tag=tag)
-        self._inbox.put((kind, handle, prompt, params))
+        self._inbox.put((kind, handle, prompt, params, use_prefix_cache))
         return handle
 
     def cancel(self, handle: RequestHandle) -> bool:
@@ -93,6 +104,11 @@ class EngineService:
             return False
         self._inbox.put(("cancel", handle))
         return True
+
+    @property
+    def alive(self) -> bool:
+        """False once the step loop has stopped (shut down, or it died)."""
+        return not self._stopped.is_set()
 
     def stats(self) -> EngineStats:
         with self._stats_lock:
@@ -105,6 +121,24 @@ class EngineService:
         """{conversation id: KV block ids holding its cached prefix and its reply in flight}, read on the
         engine thread from the hash chains it kept (nothing is shipped or re-hashed)."""
         return self._call(lambda engine: engine.residency())
+
+    def block_map(self) -> Future:
+        """A BlockMap of every KV block (core/block_map.py) and the EngineStats of the same moment."""
+        return self._call(lambda engine: block_map_of(engine.block_manager, engine.residency(), engine.stats(),
+                                                      engine.prefix_tiers()))
+
+    def facts(self, copy_gb_s: float | None = None) -> Future:
+        """EngineFacts (core/engine_facts.py): the live numbers of the misconceptions screen."""
+        return self._call(lambda engine: facts_of(engine, copy_gb_s))
+
+    def prefix_tiers(self) -> Future:
+        """{conversation id: PrefixTiers}: of its prefix's full blocks, how many are resident, how many only on disk."""
+        return self._call(lambda engine: engine.prefix_tiers())
+
+    def remember(self, conversation_id: int, token_ids: list[int]) -> None:
+        """Let prefix_tiers() report a conversation this engine has not answered yet (a chat from before a restart)."""
+        ids = list(token_ids)
+        self._call(lambda engine: engine.adopt_chain(conversation_id, ids))
 
     def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
         future: Future = Future()
@@ -133,6 +167,7 @@ class EngineService:
                             for request_id in list(self._by_request):
                                 self.engine.abort(request_id)
                             self._dispatch(self.engine.step())
+                            self.engine.close()  # the disk tier's queued writes land
                             return
                         self._handle(msg)
                 except queue.Empty:
@@ -155,7 +190,8 @@ class EngineService:
 
     def _handle(self, msg: tuple) -> None:
         if msg[0] in ("submit", "submit_ids"):
-            kind, handle, prompt, params = msg
+            kind, handle, prompt, params, use_prefix_cache = msg
+            context = None
             if kind == "submit":
                 try:
                     messages, token_ids = prompt
@@ -163,12 +199,16 @@ class EngineService:
                 except Exception as e:  # noqa: BLE001 - a template that rejects the messages: this request only
                     self._refuse(handle, f"the chat template failed: {type(e).__name__}: {e}")
                     return
-            request_id = self.engine.add_request(prompt, params, handle.tag)
+                system = messages[0]["content"] if messages and messages[0].get("role") == "system" else None
+                context = PromptContext(tuple(token_ids), system, has_system_prompt=True)
+            request_id = self.engine.add_request(prompt, params, handle.tag, context, use_prefix_cache)
             handle.request_id = request_id
             self._by_request[request_id] = handle
             self._request_of[handle.handle_id] = request_id
         elif msg[0] == "call":
             _, fn, future = msg
+            if not future.set_running_or_notify_cancel():  # the caller gave up (a screen closed): skip it
+                return
             try:
                 future.set_result(fn(self.engine))
             except Exception as e:  # noqa: BLE001 - handed to the caller

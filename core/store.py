@@ -282,6 +282,21 @@ class ChatStore:
             chat_id = cur.lastrowid
         return self.load_chat(chat_id)
 
+    def import_chat(self, record: Conversation) -> Conversation:
+        """A whole chat from elsewhere (an export): its settings, ids and messages, in one transaction."""
+        s = record.settings
+        with self._tx() as db:
+            chat_id = db.execute(
+                "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
+                " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.title, int(record.title_auto), record.created_at, record.updated_at, s.system_prompt,
+                 s.temperature, s.top_p, s.max_tokens, ids_to_blob(record.token_ids)),
+            ).lastrowid
+            imported = Conversation(chat_id, record.title, record.title_auto, record.created_at, record.updated_at,
+                                    s, record.token_ids, [])
+            self.add_messages(imported, *record.messages)
+        return self.load_chat(chat_id)
+
     def list_chats(self) -> list[ChatSummary]:
         """Every chat, most recently active first."""
         with self._lock:
@@ -331,14 +346,7 @@ class ChatStore:
         """Append messages (their ids are set) and the chat's title and activity time, in one transaction."""
         with self._tx() as db:
             for m in messages:
-                assert m.role in ("user", "assistant") and m.status in STATUSES
-                cur = db.execute(
-                    "INSERT INTO messages (chat_id, role, content, status, created_at, finish_reason, error, metrics,"
-                    " token_start, token_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (conversation.chat_id, m.role, m.content, m.status, m.created_at, m.finish_reason,
-                     m.error, metrics_to_json(m.metrics), *_span(m)),
-                )
-                m.message_id = cur.lastrowid
+                m.message_id = self._insert_message(db, conversation.chat_id, m)
             self._save_header(db, conversation)
 
     def delete_messages(self, conversation: Conversation, *messages: Message) -> None:
@@ -348,6 +356,40 @@ class ChatStore:
                 if m.message_id is not None:
                     db.execute("DELETE FROM messages WHERE message_id = ?", (m.message_id,))
             self._save_header(db, conversation)
+
+    def truncate(self, conversation: Conversation, removed: list[Message]) -> None:
+        """A chat cut short (edit, undo, regenerate): its removed messages, ids and title, in one transaction."""
+        with self._tx() as db:
+            for m in removed:
+                if m.message_id is not None:
+                    db.execute("DELETE FROM messages WHERE message_id = ?", (m.message_id,))
+            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
+                       (ids_to_blob(conversation.token_ids), conversation.chat_id))
+            self._save_header(db, conversation)
+
+    def add_chat(self, conversation: Conversation) -> Conversation:
+        """Store a whole conversation (a fork) as a new chat, in one transaction; returns it as stored."""
+        c, s = conversation, conversation.settings
+        with self._tx() as db:
+            chat_id = db.execute(
+                "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
+                " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (c.title, int(c.title_auto), c.created_at, c.updated_at, s.system_prompt, s.temperature, s.top_p,
+                 s.max_tokens, ids_to_blob(c.token_ids)),
+            ).lastrowid
+            for m in c.messages:
+                self._insert_message(db, chat_id, m)
+        return self.load_chat(chat_id)
+
+    @staticmethod
+    def _insert_message(db: sqlite3.Connection, chat_id: int, m: Message) -> int:
+        assert m.role in ("user", "assistant") and m.status in STATUSES
+        return db.execute(
+            "INSERT INTO messages (chat_id, role, content, status, created_at, finish_reason, error, metrics,"
+            " token_start, token_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (chat_id, m.role, m.content, m.status, m.created_at, m.finish_reason, m.error,
+             metrics_to_json(m.metrics), *_span(m)),
+        ).lastrowid
 
     def save_progress(self, conversation: Conversation, reply: Message) -> None:
         """A reply so far and the chat's ids so far (prompt + output), together: a crash keeps both."""

@@ -1,6 +1,7 @@
 """Shared fixtures: the real default model (fetched once, the way a user's machine gets it)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -12,6 +13,33 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+
+
+_REAL_CACHE_DIR = Path(os.environ.get("LLMCHAT_CACHE_DIR") or __import__("platformdirs").user_cache_dir("llmchat"))
+
+
+def isolated_cache_dir(folder: Path) -> Path:
+    """A cache dir that shares the real models/ and converted/ folders (links) and nothing else: the disk tier
+    of the prefix cache (kv/) starts empty there, so no test reads or writes the user's, or another test's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("models", "converted"):
+        (_REAL_CACHE_DIR / name).mkdir(parents=True, exist_ok=True)
+        (folder / name).symlink_to(_REAL_CACHE_DIR / name, target_is_directory=True)
+    return folder
+
+
+# Fixtures wider than a test (a server started once per module, say) get one isolated cache dir per test run.
+_SESSION_CACHE_DIR = isolated_cache_dir(Path(__import__("tempfile").mkdtemp(prefix="llmchat-test-cache-")))
+os.environ["LLMCHAT_CACHE_DIR"] = str(_SESSION_CACHE_DIR)
+__import__("atexit").register(__import__("shutil").rmtree, _SESSION_CACHE_DIR, True)  # (unlinks links only)
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory, monkeypatch):
+    """Every test (and every command it starts) gets its own cache dir (see isolated_cache_dir)."""
+    monkeypatch.setenv("LLMCHAT_CACHE_DIR", str(isolated_cache_dir(tmp_path_factory.mktemp("cache"))))
+    # and no config file unless the test writes one: the user's own ~/.config/llmchat/config.toml stays out
+    monkeypatch.setenv("LLMCHAT_CONFIG", str(tmp_path_factory.mktemp("config") / "config.toml"))
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +81,25 @@ def tiny_model(default_model_dir):
     torch.manual_seed(0)
     model = build_model(cfg, None)
     return LoadedModel(default_model_dir, cfg, model, tokenizer, 0.0)
+
+
+@pytest.fixture(scope="session")
+def chatty_model(tiny_model):
+    """tiny_model with its own random output head: tied random weights only ever repeat the last token
+    (a wall of newlines); an untied head gives varied, deterministic gibberish that is visible on screen."""
+    import torch
+
+    from llmchat.core.loader import LoadedModel
+    from llmchat.core.model import build_model
+
+    cfg = dataclasses.replace(tiny_model.config, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    return LoadedModel(tiny_model.folder, cfg, build_model(cfg, None), tiny_model.tokenizer, 0.0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
+    """A tiny random model as an ordinary Hugging Face folder (the real tokenizer), for `llmchat serve --model`."""
+    from serve_helpers import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("serve") / "tiny-llama", default_model_dir)

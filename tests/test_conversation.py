@@ -90,3 +90,38 @@ def test_the_title_rule():
     assert len(other.title) == 48 and other.title.endswith("…")
     other.undo_turn(u, r)
     assert other.title == DEFAULT_TITLE
+
+
+def test_branches_keep_the_exact_ids_before_the_change(tiny_model):
+    """Regenerate, edit (cut), undo and fork: the next prompt starts with the ids the chat had before the
+    changed message, bit for bit, so the prefix cache serves every full block before it."""
+    tok = tiny_model.tokenizer
+    end = tok.token_to_id("<|im_end|>")
+    chat = Conversation(1, settings=ChatSettings(system_prompt="Be brief."))
+    first_prompt = turn(tok, chat, "Hello", tok.encode("Hi!") + [end], "Hi!")
+    second_prompt = turn(tok, chat, "Tell me more", tok.encode("Sure.") + [end], "Sure.")
+    ids = list(chat.token_ids)
+    user_span = chat.messages[2].token_span
+
+    # regenerate: the same prompt ids again
+    dropped = chat.drop_last_reply()
+    assert dropped.content == "Sure." and chat.messages[-1].content == "Tell me more"
+    user, reply = chat.start_reply()
+    assert prompt_ids_for(tok, chat.template_messages(), chat.token_ids) == second_prompt
+    chat.begin_reply(user, reply, second_prompt)
+    assert user.token_span == user_span and user_span[1] == len(second_prompt)
+    chat.extend_reply(reply, ids[len(second_prompt):])
+    chat.finish_reply(reply, "Sure.", "done", "stop")
+    assert chat.token_ids == ids
+
+    # a fork at the first reply: its ids up to that reply's end
+    fork = chat.branch(chat.messages[1])
+    assert fork.token_ids == ids[: chat.messages[1].token_span[1]] and len(fork.messages) == 2
+    assert fork.title.endswith("(fork)") and fork.messages[0] is not chat.messages[0]
+
+    # cut at the second user message (edit or undo): the ids before it stay; a new message extends them
+    cut_at = chat.messages[2].token_span[0]
+    removed = chat.cut_at(chat.messages[2])
+    assert [m.content for m in removed] == ["Tell me more", "Sure."] and chat.token_ids == ids[:cut_at]
+    edited = turn(tok, chat, "Tell me less", tok.encode("Ok.") + [end], "Ok.")
+    assert edited[:cut_at] == ids[:cut_at]

@@ -220,7 +220,7 @@ def test_prefix_hit_for_a_second_request(first_still_running):
         h.run([], max_steps=50)
     b = h.add(a.token_ids[:16] + [49, 48, 47], max_tokens=4)
     batch = h.step()
-    assert b.num_cached_tokens == 16 and h.sched.lookups[-1] == (19, 16)
+    assert b.num_cached_tokens == 16 and h.sched.lookups[-1] == (19, 16, 0)
     assert dict(zip(map(id, batch.seqs), batch.num_new_tokens))[id(b)] == 3  # only the uncached suffix
     if first_still_running:
         assert b.block_table[:4] == a.block_table[:4]
@@ -241,7 +241,7 @@ def test_prefix_caching_disabled_never_reuses():
     h.run([], max_steps=50)
     b = h.add(a.token_ids, max_tokens=3)
     h.run([], max_steps=50)
-    assert b.num_cached_tokens == 0 and h.sched.lookups == [(22, 0), (25, 0)]
+    assert b.num_cached_tokens == 0 and h.sched.lookups == [(22, 0, 0), (25, 0, 0)]
     assert_outputs_match_reference(h)
 
 

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmchat.core.config import EngineConfig
+from llmchat.core.config import DEFAULT_SPECULATIVE_TOKENS, EngineConfig
 from llmchat.core.dense import DenseKV, generate_dense
 from llmchat.core.draft import NgramIndex
 from llmchat.core.engine import LLMEngine
@@ -22,6 +22,7 @@ from llmchat.core.model import build_model
 from llmchat.core.sampling import SamplingParams, filtered_probs
 from llmchat.core.spec_verify import verify_drafts
 from llmchat.core.speculative import AdaptiveK
+from llmchat.tui.cli import build_parser, engine_config
 
 OFF = EngineConfig(num_speculative_tokens=0)
 LONG = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)
@@ -208,8 +209,8 @@ def test_draft_model_with_another_vocabulary_is_refused(tiny_model, tiny_draft):
 def test_sampled_draft_model_requests_run_and_are_reproducible(tiny_model, tiny_draft):
     prompt = prompts_for(tiny_model.tokenizer)[1]
     params = SamplingParams(temperature=0.8, top_k=20, seed=7, max_tokens=30, ignore_eos=True)
-    a = run(LLMEngine(tiny_model, EngineConfig(), draft=tiny_draft), [(prompt, params)])[0]
-    b = run(LLMEngine(tiny_model, EngineConfig(), draft=tiny_draft), [(prompt, params)])[0]
+    a = run(LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=4), draft=tiny_draft), [(prompt, params)])[0]
+    b = run(LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=4), draft=tiny_draft), [(prompt, params)])[0]
     assert a.output_ids == b.output_ids and len(a.output_ids) == 30 and a.metrics.num_draft_tokens > 0
 
 
@@ -361,3 +362,40 @@ def test_speculation_off_by_config_and_bad_values_refused(tiny_model):
     with pytest.raises(ValueError, match="speculative tokens"):
         EngineConfig(num_speculative_tokens=99)
     assert not LLMEngine(tiny_model, OFF).speculator.enabled
+    assert not LLMEngine(tiny_model, EngineConfig()).speculator.enabled  # off unless asked for
+
+
+@pytest.mark.parametrize("argv, num_tokens", [
+    ([], 0),  # off by default
+    (["--speculative"], DEFAULT_SPECULATIVE_TOKENS),
+    (["--speculative", "--speculative-tokens", "6"], 6),
+    (["--speculative-tokens", "3"], 3),  # implies --speculative
+    (["--draft-model", "some/folder"], DEFAULT_SPECULATIVE_TOKENS),  # implies --speculative
+    (["--speculative", "--no-speculative"], 0),
+    (["--speculative-tokens", "0"], 0),
+])
+def test_speculative_flags_give_the_engine_config(argv, num_tokens):
+    args = build_parser().parse_args(["ask", "q", *argv])
+    assert engine_config(args).num_speculative_tokens == num_tokens
+
+
+def test_speculation_with_the_disk_tier_writes_blocks_that_a_restart_reads_back_exactly(tiny_model, tmp_path):
+    """Blocks filled while drafts are verified (kept drafts counted, rejected ones rolled back) go to the disk
+    tier; after a restart the continued chat reuses them from disk and gives the greedy tokens of a cold run."""
+    def engine(num_speculative_tokens: int, disk: bool = True) -> LLMEngine:
+        tier = {"kv_disk_bytes": 1 << 30, "kv_disk_dir": str(tmp_path / "kv")} if disk else {"enable_prefix_caching": False}
+        return LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=num_speculative_tokens, **tier))
+
+    prompt = prompts_for(tiny_model.tokenizer)[0]
+    speculating = engine(4)
+    speculating.speculator.proposer = SometimesWrong(speculating.speculator.proposer, seed=5)
+    first = run(speculating, [(prompt, LONG)])[0]
+    assert first.metrics.num_draft_tokens > 0
+    assert first.output_ids == run(engine(0, disk=False), [(prompt, LONG)])[0].output_ids
+    speculating.close()
+    follow_up = prompt + list(first.output_ids) + tiny_model.tokenizer.encode(" and again")
+    restarted = engine(4)
+    again = run(restarted, [(follow_up, LONG)])[0]
+    restarted.close()
+    assert again.metrics.num_disk_tokens >= 16 * ((len(prompt) + len(first.output_ids)) // 16 - 1)
+    assert again.output_ids == run(engine(0, disk=False), [(follow_up, LONG)])[0].output_ids

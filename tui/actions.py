@@ -3,12 +3,16 @@ and their command-palette entries. A mixin of LlmChatApp: it uses the app's stor
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.app import SystemCommand
 from textual.screen import Screen
 
+from llmchat.core.chat_import import ChatImportError, read_chat_file
 from llmchat.core.conversation import ChatSettings
+from llmchat.tui.config_command import chat_defaults
+from llmchat.tui.chat_ops import CHAT_OP_COMMANDS
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from llmchat.tui.session import ChatSession
@@ -29,6 +33,7 @@ COMMANDS = [
     ("delete", "Delete chat", "delete the current chat, after a confirmation (Ctrl+D)"),
     ("settings", "Chat settings", "system prompt, temperature, top-p, max tokens (Ctrl+O)"),
     ("export", "Export chat", "write the chat as Markdown and JSON under the data dir (Ctrl+S)"),
+    ("import_chat", "Import chat", "add a chat from a file that Export or `llmchat export` wrote (JSON or Markdown)"),
     ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
     ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
     ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
@@ -44,8 +49,7 @@ class ChatActions(_Base):
             self.chat_screen.prompt.focus()  # already on an empty chat
             return
         settings = current.settings if current else ChatSettings()
-        record = self.store.create_chat(ChatSettings(settings.system_prompt, settings.temperature,
-                                                     settings.top_p, settings.max_tokens))
+        record = self.store.create_chat(chat_defaults(self.user_config, settings))  # (the file's defaults win)
         self.sessions[record.chat_id] = ChatSession(record)
         await self.refresh_chat_list()
         await self.open_chat(record.chat_id)
@@ -59,6 +63,24 @@ class ChatActions(_Base):
         session = self.current
         if session is not None and self.turns.cancel(session):
             self.notify("Stopping the reply; what it wrote so far is kept.", timeout=2)
+
+    def action_import_chat(self) -> None:
+        screen = TextPromptScreen("Import a chat from this file (an llmchat JSON or Markdown export)", "")
+        self.push_screen(screen, self.import_chat_file)
+
+    async def import_chat_file(self, path: str | None) -> None:
+        """The whole file is checked first; a bad one is one line, and nothing is stored."""
+        if not path or not path.strip():
+            return
+        try:
+            record = self.store.import_chat(read_chat_file(Path(path.strip()).expanduser()))
+        except ChatImportError as e:
+            self.notify(f"{safe_text(path.strip())}: {safe_text(str(e))}; nothing imported", severity="error")
+            return
+        self.sessions[record.chat_id] = ChatSession(record)
+        await self.refresh_chat_list()
+        await self.open_chat(record.chat_id)
+        self.notify(f"Imported chat #{record.chat_id} ({len(record.messages)} messages)", timeout=3)
 
     def action_rename(self) -> None:
         session = self.current
@@ -159,7 +181,7 @@ class ChatActions(_Base):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for key, title, help_text in COMMANDS:
+        for key, title, help_text in COMMANDS + CHAT_OP_COMMANDS:
             yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
         for s in self.ordered_sessions():
             yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.conversation.title)}", "switch to this chat",

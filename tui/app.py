@@ -20,11 +20,15 @@ from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
+from llmchat.core.conversation import ChatSettings
 from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory
+from llmchat.tui.config_command import chat_defaults, start_theme
+from llmchat.tui.chat_ops import ChatOps
 from llmchat.tui.messages import (
-    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, ResidentBlocks, SaveFailed, TurnFinished,
+    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
+    TurnFinished,
     TurnRefused, TurnStarted,
 )
 from llmchat.tui.screens.chat import BannerView, ChatScreen
@@ -35,6 +39,7 @@ from llmchat.tui.widgets.prompt_input import PromptInput
 
 if TYPE_CHECKING:
     from llmchat.core.config import EngineConfig
+    from llmchat.core.user_config import UserConfig
     from llmchat.tui.bridge import EngineFactory
 
 STATS_INTERVAL_S = 0.25  # panels refresh at 4 Hz at most
@@ -43,7 +48,7 @@ NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
 
 
-class LlmChatApp(ChatActions, App):
+class LlmChatApp(ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
@@ -59,10 +64,20 @@ class LlmChatApp(ChatActions, App):
         Binding("ctrl+b", "toggle_panels", "Panels", show=False),
         Binding("ctrl+up,alt+up", "switch(-1)", "Previous chat", show=False),
         Binding("ctrl+down,alt+down", "switch(1)", "Next chat", show=False),
+        # cache operations (tui/chat_ops.py), listed on the F1 screen and in the palette
+        Binding("ctrl+g", "regenerate", "Regenerate", show=False),
+        Binding("f2", "edit_last", "Edit & resend", show=False),
+        Binding("f3", "fork_last", "Fork", show=False),
+        Binding("f4", "undo_turn", "Undo turn", show=False),
+        Binding("f5", "verify_cache", "Verify cache", show=False),
+        Binding("f8", "block_map", "Block map", show=False),
+        Binding("f9", "explain_last", "Why this reuse", show=False),
+        Binding("f1", "cache_help", "Cache facts & keys", show=False),
     ]
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
-                 model: str | None = None, engine_config: "EngineConfig | None" = None) -> None:
+                 model: str | None = None, engine_config: "EngineConfig | None" = None,
+                 user_config: "UserConfig | None" = None, config_problem: str | None = None) -> None:
         super().__init__()
         self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
         if engine_factory is None:
@@ -80,9 +95,15 @@ class LlmChatApp(ChatActions, App):
         self._last_stats = None
         self._shut_down = False
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
+        self.cache_checks: dict = {}  # chat id -> its last CacheCheck (Verify cache)
+        self.prefix_tiers: dict = {}  # chat id -> metrics.PrefixTiers (resident / disk only), where the backend tells
         self._resident_asked = 0.0
         self.chat_screen = ChatScreen()
-        self.theme = self.store.get_setting("theme", THEMES[0]) or THEMES[0]
+        self.user_config = user_config  # the config file's settings (None: none read)
+        theme, theme_problem = start_theme(user_config, self.available_themes,
+                                           self.store.get_setting("theme", THEMES[0]) or THEMES[0])
+        self.config_problems = [p for p in (config_problem, theme_problem) if p]
+        self.theme = theme
 
     # -- start ------------------------------------------------------------------------------
     async def on_mount(self) -> None:
@@ -91,8 +112,10 @@ class LlmChatApp(ChatActions, App):
                         description="load the model and start the engine")
         for summary in self.store.list_chats():
             self.sessions[summary.chat_id] = ChatSession(self.store.load_chat(summary.chat_id))
+        for problem in self.config_problems:  # a malformed config file: one line, the app on its defaults
+            self.notify(problem, severity="warning", timeout=10)
         if not self.sessions:
-            record = self.store.create_chat()
+            record = self.store.create_chat(chat_defaults(self.user_config, ChatSettings()))
             self.sessions[record.chat_id] = ChatSession(record)
         await self.chat_screen.chat_list.show(self.ordered_sessions(), None)
         await self.open_chat(self.ordered_sessions()[0].chat_id)
@@ -111,6 +134,8 @@ class LlmChatApp(ChatActions, App):
         self.chat_screen.show_progress(msg.line)
 
     def on_engine_ready(self, msg: EngineReady) -> None:
+        for session in self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]:  # chats from an earlier run: where is their KV?
+            self.bridge.remember(session.chat_id, list(session.conversation.token_ids))
         self.chat_screen.show_engine_ready(msg.info)
         self.show_header()
         self.notify(f"{msg.info.model_name} ready ({msg.info.load_seconds:.1f} s)", timeout=3)
@@ -173,7 +198,7 @@ class LlmChatApp(ChatActions, App):
 
     def show_engine_panels(self) -> None:
         sessions = self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]
-        self.chat_screen.panels.show_engine(self.bridge.stats(), sessions, self.resident)
+        self.chat_screen.panels.show_engine(self.bridge.stats(), sessions, self.resident, self.prefix_tiers)
 
     def ask_resident_blocks(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -190,6 +215,11 @@ class LlmChatApp(ChatActions, App):
 
     def on_resident_blocks(self, msg: ResidentBlocks) -> None:
         self.resident = msg.blocks
+        if self.ui_alive:
+            self.show_engine_panels()
+
+    def on_prefix_tiers_reported(self, msg: PrefixTiersReported) -> None:
+        self.prefix_tiers = msg.tiers
         if self.ui_alive:
             self.show_engine_panels()
 
@@ -324,8 +354,15 @@ def run_app(args: argparse.Namespace) -> int:
 
     config = engine_config(args, max_num_seqs=DEFAULT_MAX_NUM_SEQS)  # ValueError: a bad flag, said in one line
     data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
+    factory = None
+    if getattr(args, "backend", None):  # a remote OpenAI-compatible server instead of the embedded engine
+        from llmchat.tui.bridge import remote_engine_factory
+
+        factory = remote_engine_factory(args.backend, args.api_key, getattr(args, "model", None))
     try:
-        app = LlmChatApp(data_dir, model=getattr(args, "model", None), engine_config=config)
+        app = LlmChatApp(data_dir, factory, model=getattr(args, "model", None), engine_config=config,
+                         user_config=getattr(args, "user_config", None),
+                         config_problem=getattr(args, "config_problem", None))
     except DataDirInUse as e:
         print(f"llmchat: {e}", file=sys.stderr)
         return 2

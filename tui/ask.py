@@ -39,22 +39,32 @@ def run_ask(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens, seed=args.seed, stop=tuple(args.stop),
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    from llmchat.tui.cli import engine_config
+    if getattr(args, "backend", None):
+        from llmchat.core.ask import chat_messages
+        from llmchat.core.remote_ask import RemoteAskStream
 
-    config = engine_config(args)  # the speculative-decoding flags, checked
-    stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device, progress=progress,
-                        weight_dtype=getattr(args, "weights", None),
-                        num_speculative_tokens=config.num_speculative_tokens, draft_model=config.draft_model)
+        stream = RemoteAskStream(args.backend, chat_messages(question, args.system), params, args.api_key, args.model)
+    else:
+        from llmchat.tui.cli import engine_config
+
+        config = engine_config(args)  # the disk tier's and speculative decoding's flags, checked
+        stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device,
+                            progress=progress, weight_dtype=getattr(args, "weights", None),
+                            kv_disk_bytes=config.kv_disk_bytes, num_speculative_tokens=config.num_speculative_tokens,
+                            draft_model=config.draft_model)
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
-    for delta in stream:
-        sys.stdout.write(out.feed(delta))
+    try:
+        for delta in stream:
+            sys.stdout.write(out.feed(delta))
+            sys.stdout.flush()
+    finally:  # the text so far stays on stdout even when the reply is cut short
+        sys.stdout.write(out.flush() + "\n")
         sys.stdout.flush()
-    sys.stdout.write(out.flush() + "\n")
-    sys.stdout.flush()
     if args.stats:
         m = stream.metrics
         print(
-            f"prompt {m.num_prompt_tokens} tokens, output {m.num_output_tokens} tokens; "
+            f"prompt {m.num_prompt_tokens} tokens ({m.num_memory_tokens} cached in memory, {m.num_disk_tokens} "
+            f"from disk, {m.num_prefilled_tokens} computed), output {m.num_output_tokens} tokens; "
             f"TTFT {m.ttft * 1000:.0f} ms, TPOT {m.tpot * 1000:.1f} ms (load {m.load_seconds:.2f} s)",
             file=sys.stderr,
         )

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from llmchat.core.protocol import Backend, BackendInfo, Handle, Sink
-from llmchat.tui.messages import EngineEventsPending, EngineFailed, EngineProgress, EngineReady, ResidentBlocks
+from llmchat.tui.messages import (EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported,
+                                  ResidentBlocks)
 
 if TYPE_CHECKING:  # the engine loads lazily, in a worker thread
     from llmchat.core.config import EngineConfig
@@ -50,6 +51,18 @@ def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactor
         loaded = load_model_for(cfg, progress=progress)
         progress("starting the engine (allocating the KV cache)")
         return EngineService(LLMEngine(loaded, cfg), sink, model_label(cfg.model))
+
+    return factory
+
+
+def remote_engine_factory(url: str, api_key: str | None = None, model: str | None = None) -> EngineFactory:
+    """Chat through an OpenAI-compatible server (core/remote_backend.py) instead of the embedded engine."""
+
+    def factory(progress: Callable[[str], None], sink: Sink) -> Backend:
+        from llmchat.core.remote_backend import RemoteBackend
+
+        progress(f"connecting to {url}")
+        return RemoteBackend(url, sink, api_key=api_key, model=model)
 
     return factory
 
@@ -125,7 +138,17 @@ class EngineBridge:
         except RuntimeError:  # shut down
             return False
         future.add_done_callback(lambda f: f.exception() is None and self.app.post_message(ResidentBlocks(f.result())))
+        prefix_tiers = getattr(self.service, "prefix_tiers", None)  # an optional part of the protocol
+        if prefix_tiers is not None:
+            prefix_tiers().add_done_callback(
+                lambda f: f.exception() is None and self.app.post_message(PrefixTiersReported(f.result())))
         return True
+
+    def remember(self, conversation_id: int, token_ids: list[int]) -> None:
+        """Tell the backend about a chat from an earlier run, so its prefix's tiers can be shown before it speaks."""
+        remember = getattr(self.service, "remember", None)
+        if remember is not None and token_ids:
+            remember(conversation_id, token_ids)
 
     def stats(self) -> "EngineStats | None":
         return self.service.stats() if self.service is not None else None

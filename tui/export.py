@@ -69,7 +69,8 @@ def chat_dict(record: Conversation) -> dict:
         "token_ids": record.token_ids,
         "messages": [
             {"role": m.role, "content": m.content, "status": m.status, "finish_reason": m.finish_reason,
-             "error": m.error, "created_at": m.created_at, "metrics": _metrics_dict(m.metrics)}
+             "error": m.error, "created_at": m.created_at, "metrics": _metrics_dict(m.metrics),
+             "token_span": list(m.token_span) if m.token_span is not None else None}
             for m in record.messages
         ],
     }

@@ -4,7 +4,12 @@ from __future__ import annotations
 import math
 import time
 
+from typing import TYPE_CHECKING
+
 from llmchat.core.metrics import RequestMetrics
+
+if TYPE_CHECKING:  # (kv_disk_store imports torch; the UI must paint before torch loads)
+    from llmchat.core.kv_disk_store import DiskTierStats
 
 DASH = "—"
 
@@ -56,13 +61,28 @@ def reused(m: RequestMetrics) -> str:
     return f"reused {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens"
 
 
+def reused_detail(m: RequestMetrics) -> str:
+    """reused(m), or with disk hits 'reused 1,984 of 2,010 · 1,984 from disk · 26 prefilled'."""
+    if not m.num_disk_tokens:
+        return reused(m)
+    return (f"reused {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} · {m.num_disk_tokens:,} from disk · "
+            f"{m.num_prefilled_tokens:,} prefilled")
+
+
+def disk_tier(d: DiskTierStats) -> str:
+    """'disk 1,234 blocks · 870.2 MiB of 4 GB' and 'disk hits 120 blocks this run'."""
+    corrupt = f" · bad {d.session.num_corrupt}" if d.session.num_corrupt else ""
+    return (f"disk {d.num_entries:,} blocks · {nbytes(d.num_bytes)} of {d.budget_bytes / 1e9:.3g} GB\n"
+            f"disk hits {d.session.num_hits:,} blocks this run{corrupt}")
+
+
 def turn_line(m: RequestMetrics) -> str:
     """The one-line summary under a reply."""
     parts = [f"TTFT {seconds(m.ttft)}"]
     if not _missing(m.tpot):
         parts.append(f"TPOT {ms(m.tpot)}")
     parts.append(f"{m.num_output_tokens:,} tokens")
-    parts.append(reused(m))
+    parts.append(reused_detail(m))
     if m.num_preemptions:
         parts.append(f"preempted {m.num_preemptions}×")
     if m.num_draft_tokens:

@@ -76,3 +76,11 @@ class ResidentBlocks(Message):
     def __init__(self, blocks: dict[int, tuple[int, ...]]) -> None:
         super().__init__()
         self.blocks = blocks
+
+
+class PrefixTiersReported(Message):
+    """Per chat id, where its cached prefix is: resident blocks, blocks only on disk (from the engine thread)."""
+
+    def __init__(self, tiers: dict) -> None:
+        super().__init__()
+        self.tiers = tiers

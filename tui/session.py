@@ -30,11 +30,12 @@ class Turn:
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.output_ids)
+        """Tokens so far; a remote backend sends no ids, so there each streamed delta counts as one."""
+        return len(self.output_ids) or sum(1 for part in self.text_parts if part)
 
     @property
     def queued(self) -> bool:
-        return not self.output_ids
+        return not self.output_ids and not any(self.text_parts)
 
 
 @dataclass(slots=True)

@@ -57,6 +57,23 @@ class TurnManager:
             chat.undo_turn(user, reply)
             self.post(SaveFailed(self.store.path, str(e)))
             return False
+        return self._submit(session, user, reply)
+
+    def resend(self, session: ChatSession) -> bool:
+        """Answer the chat's last message again (a regenerate: its last reply was dropped). False: not stored."""
+        assert self.bridge.ready and not session.busy
+        chat = session.conversation
+        user, reply = chat.start_reply()
+        try:
+            self.store.add_messages(chat, reply)
+        except sqlite3.Error as e:
+            chat.messages.remove(reply)
+            self.post(SaveFailed(self.store.path, str(e)))
+            return False
+        return self._submit(session, user, reply)
+
+    def _submit(self, session: ChatSession, user, reply) -> bool:
+        chat = session.conversation
         session.turn = Turn(user, reply)
         session.banner = None
         session.turn.handle = self.bridge.submit(session.chat_id, chat, self.params_of(session))
@@ -114,7 +131,7 @@ class TurnManager:
         """Final state of the reply; finished None: no Finished came back (the app is closing)."""
         turn = session.turn
         assert turn is not None
-        if finished is not None and finished.reason.value == "error" and not finished.output_ids:
+        if finished is not None and finished.reason.value == "error" and not finished.output_ids and not finished.text:
             self._refuse(session, f"Not sent: {finished.error}.")
             return
         chat = session.conversation
@@ -126,6 +143,7 @@ class TurnManager:
             reason = finished.reason.value
             status = "interrupted" if self.closing and reason == "abort" else STATUS_OF_REASON[reason]
             chat.finish_reply(turn.reply, finished.text, status, reason, finished.error, finished.metrics)
+            turn.reply.explanation = finished.explanation
         self._write(self.store.finish_turn, chat, turn.user, turn.reply)  # committed before anyone is told
         session.turn = None
         session.banner = self._banner_after(session, finished)

@@ -1,25 +1,9 @@
 """UI test fixtures: an app on a fresh data dir, driven by a real engine on a tiny random-weight model."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from llmchat.tui.app import LlmChatApp
-
-
-@pytest.fixture(scope="session")
-def chatty_model(tiny_model):
-    """tiny_model with its own random output head: tied random weights only ever repeat the last token
-    (a wall of newlines); an untied head gives varied, deterministic gibberish that is visible on screen."""
-    import torch
-
-    from llmchat.core.loader import LoadedModel
-    from llmchat.core.model import build_model
-
-    cfg = dataclasses.replace(tiny_model.config, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    return LoadedModel(tiny_model.folder, cfg, build_model(cfg, None), tiny_model.tokenizer, 0.0)
 
 
 @pytest.fixture

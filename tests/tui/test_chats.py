@@ -80,7 +80,7 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         await press(pilot, "ctrl+up")
         assert app.current is second
         await press(pilot, "ctrl+r")
-        assert isinstance(app.screen, TextPromptScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, TextPromptScreen) and app.screen.query("#text"))
         app.screen.query_one("#text").value = ""
         await press(pilot, *"Short stories", "enter")
         await pilot.pause()
@@ -215,5 +215,5 @@ async def test_each_panel_explains_itself_on_hover_and_focus(make_app):
             assert panel.tooltip == text
             assert text[:30] not in screen_text(app)
             panel.focus()
-            await pilot.pause(0.1)
-            assert text[:30] in screen_text(app).replace("\n", " ") or text.split()[0] in screen_text(app)
+            await wait_for(pilot, lambda: text[:30] in screen_text(app).replace("\n", " ")
+                           or text.split()[0] in screen_text(app))

@@ -111,3 +111,12 @@ async def one_turn(pilot, text: str, settings, repaint: float = 0.0) -> None:
     await wait_for(pilot, lambda: chat.conversation.messages and not chat.busy)
     if repaint:
         await pilot.pause(repaint)  # let the screen repaint
+
+
+def capture(app: App, name: str) -> None:
+    """With LLMCHAT_CAPTURE_DIR set, save the screen as NAME.txt and NAME.svg there (for notes and reviews)."""
+    folder = os.environ.get("LLMCHAT_CAPTURE_DIR")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{name}.txt").write_text(screen_text(app), encoding="utf-8")
+        app.save_screenshot(f"{name}.svg", folder)

@@ -90,6 +90,9 @@ class ChatScreen(Screen):
             turn = session.turn
             num = (len(turn.prompt_ids) + turn.num_output_tokens if turn and turn.prompt_ids
                    else len(session.conversation.token_ids))
+            history = session.conversation.finished_metrics()
+            if not num and history:  # a remote backend keeps no ids: the server's count of the last turn
+                num = history[-1].num_prompt_tokens + history[-1].num_output_tokens
             ctx = f"context {num:,}/{max_context:,}" if max_context else f"{num:,} tokens"
             system = "custom system" if s.system_prompt else "default system"
             text = (f"#{session.chat_id} {safe_text(session.conversation.title)}\n"

@@ -11,7 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Sparkline, Static
 
-from llmchat.core.metrics import EngineStats, LiveRequest, RequestMetrics
+from llmchat.core.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics
 from llmchat.tui import format as fmt
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
@@ -28,6 +28,14 @@ EXPLAIN = {
     "kv": "The cache holds only K and V of past tokens (never Q, scores or answers), in blocks. "
           "Chats sharing a prefix (a system prompt) share its blocks; cached blocks are kept until evicted.",
 }
+
+
+NOTES = {  # always visible; F1 answers them with this machine's numbers (tui/screens/misconceptions.py)
+    "decode": "bandwidth, not FLOPs, sets TPOT (F1)",
+    "kv": "K and V only; GQA shrinks it (F1)",
+}
+
+NOT_REPORTED = "not reported by this server"
 
 
 class Panel(Vertical, can_focus=True):
@@ -82,7 +90,7 @@ class LatencyPanel(Panel):
             else:
                 note = "this turn: waiting for its first token…"
         line(self.query_one("#ttft", Static),
-             f"TTFT {fmt.seconds(ttft)} · queue + prefill" + (f"\n     (queued {fmt.seconds(queue)})" if queue else ""))
+             f"TTFT {fmt.seconds(ttft)} · queue + prefill" + (f"\n     (queued {fmt.seconds(queue)})" if queue and queue == queue else ""))
         line(self.query_one("#tpot", Static), f"TPOT {fmt.ms(tpot)} · one decode step")
         show_history(self.query_one("#ttft-history", Sparkline), [m.ttft for m in history])
         show_history(self.query_one("#tpot-history", Sparkline), [m.tpot for m in history])
@@ -110,8 +118,9 @@ class PromptPanel(Panel):
         line(self.query_one("#reused", Static), fmt.reused(m))
         self.query_one(SplitBar).set_counts((m.num_cached_tokens, m.num_prefilled_tokens))
         extra = f" · preempted {m.num_preemptions}×" if m.num_preemptions else ""
-        line(self.query_one("#prompt-split", Static),
-             f"cached {m.num_cached_tokens:,} · prefilled {m.num_prefilled_tokens:,}{extra}")
+        cached = (f"memory {m.num_memory_tokens:,} · disk {m.num_disk_tokens:,}" if m.num_disk_tokens
+                  else f"cached {m.num_cached_tokens:,}")
+        line(self.query_one("#prompt-split", Static), f"{cached} · prefilled {m.num_prefilled_tokens:,}{extra}")
 
 
 class DecodePanel(Panel):
@@ -122,6 +131,7 @@ class DecodePanel(Panel):
         yield Static(id="decode-rate", classes="figure")
         yield Static(id="requests", classes="note")
         yield Static(id="hit-rate", classes="note")
+        yield Static(Content(NOTES["decode"]), classes="note")
         yield self.compose_explain()
 
     def show(self, stats: EngineStats | None) -> None:
@@ -137,7 +147,9 @@ class DecodePanel(Panel):
              + spec)
         line(self.query_one("#requests", Static),
              f"running {stats.num_running} · waiting {stats.num_waiting} · preempted {stats.num_preemptions}")
-        line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {fmt.percent(stats.prefix_cache_hit_rate)}")
+        rate = stats.prefix_cache_hit_rate
+        shown = fmt.percent(rate) if rate == rate else "not reported"  # NaN: a server that does not say
+        line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {shown}")
 
 
 class KVPanel(Panel):
@@ -149,20 +161,28 @@ class KVPanel(Panel):
         yield Static(id="kv-counts", classes="figure")
         yield Static(id="kv-size", classes="note")
         yield Static(id="kv-chats", classes="note")
+        yield Static(Content(NOTES["kv"]), classes="note")
         yield self.compose_explain()
 
-    def show(self, stats: EngineStats | None, sessions: list[ChatSession], resident: dict[int, tuple[int, ...]]) -> None:
+    def show(self, stats: EngineStats | None, sessions: list[ChatSession], resident: dict[int, tuple[int, ...]],
+             tiers: dict[int, PrefixTiers] | None = None) -> None:
         if stats is None or stats.num_blocks_total is None:
             self.query_one(SplitBar).set_counts((0, 0, 0))
-            line(self.query_one("#kv-counts", Static), "no block figures" if stats else "engine not ready")
+            line(self.query_one("#kv-counts", Static), NOT_REPORTED if stats else "engine not ready")
             return
         used, cached, free = stats.num_blocks_used, stats.num_blocks_cached_free, stats.num_blocks_free
-        self.query_one(SplitBar).set_counts((used, cached, free))
-        line(self.query_one("#kv-counts", Static), f"used {used:,} · cached {cached:,} · free {free:,}")
-        line(self.query_one("#kv-size", Static),
-             f"of {stats.num_blocks_total:,} blocks × {stats.block_size} tokens\n"
-             f"K+V per token {fmt.nbytes(stats.kv_bytes_per_token)} (all layers)")
-        line(self.query_one("#kv-chats", Static), chat_blocks_text(sessions, resident))
+        self.query_one(SplitBar).set_counts((used or 0, cached or 0, free or 0))  # (None: a server that does not say)
+        line(self.query_one("#kv-counts", Static),
+             f"used {fmt.count(used)} · cached {fmt.count(cached)} · free {fmt.count(free)}")
+        per_token = stats.kv_bytes_per_token
+        size = (f"of {stats.num_blocks_total:,} blocks × {fmt.count(stats.block_size)} tokens\n"
+                + (f"K+V per token {fmt.nbytes(per_token)} (all layers)" if per_token else "K+V per token not reported"))
+        if stats.disk is not None:
+            size += "\n" + fmt.disk_tier(stats.disk)
+        line(self.query_one("#kv-size", Static), size)
+        text = (chat_tiers_text(sessions, resident, tiers or {}) if stats.disk is not None
+                else chat_blocks_text(sessions, resident))
+        line(self.query_one("#kv-chats", Static), text)
 
 
 def chat_blocks_text(sessions: list[ChatSession], resident: dict[int, tuple[int, ...]]) -> str:
@@ -181,11 +201,33 @@ def chat_blocks_text(sessions: list[ChatSession], resident: dict[int, tuple[int,
             continue
         mine = blocks[s.chat_id]
         others = set().union(*(b for cid, b in blocks.items() if cid != s.chat_id))
-        title = safe_text(s.conversation.title)
-        title = title if len(title) <= 15 else title[:14] + "…"
         live = " ●" if s.turn is not None else ""
-        lines.append(f"#{s.chat_id:<3} {title:15} {len(mine):>4} · {len(mine & others):>3}{live}")
+        lines.append(f"#{s.chat_id:<3} {short_title(s, 15):15} {len(mine):>4} · {len(mine & others):>3}{live}")
     return "\n".join(lines)
+
+
+def chat_tiers_text(sessions: list[ChatSession], resident: dict[int, tuple[int, ...]],
+                    tiers: dict[int, PrefixTiers]) -> str:
+    """With the disk tier on: per chat, its blocks in memory (and how many another chat shares), and of its
+    prefix how many blocks are only on disk and how many are gone (recomputed on its next turn)."""
+    listed = [s for s in sessions if resident.get(s.chat_id) or s.chat_id in tiers]
+    if not listed:
+        return "per chat: nothing cached yet"
+    lines = [f"{'per chat':11} {'mem':>4} · {'shr':>3} · {'disk':>4} · gone"]
+    for s in listed:
+        mine = set(resident.get(s.chat_id, ()))
+        others = set().union(*(set(resident.get(o.chat_id, ())) for o in listed if o is not s))
+        t = tiers.get(s.chat_id)
+        disk, gone = (t.num_disk_only, t.num_gone) if t is not None else (0, 0)
+        live = " ●" if s.turn is not None else ""
+        lines.append(f"#{s.chat_id:<3}{short_title(s, 8):8} {len(mine):>4} · {len(mine & others):>3} · "
+                     f"{disk:>4} · {gone:>4}{live}")
+    return "\n".join(lines)
+
+
+def short_title(s: ChatSession, width: int) -> str:
+    title = safe_text(s.conversation.title)
+    return title if len(title) <= width else title[: width - 1] + "…"
 
 
 class Panels(VerticalScroll):
@@ -200,6 +242,6 @@ class Panels(VerticalScroll):
         self.query_one(PromptPanel).show(session)
 
     def show_engine(self, stats: EngineStats | None, sessions: list[ChatSession],
-                    resident: dict[int, tuple[int, ...]]) -> None:
+                    resident: dict[int, tuple[int, ...]], tiers: dict[int, PrefixTiers] | None = None) -> None:
         self.query_one(DecodePanel).show(stats)
-        self.query_one(KVPanel).show(stats, sessions, resident)
+        self.query_one(KVPanel).show(stats, sessions, resident, tiers)

@@ -10,6 +10,7 @@ from textual.widgets import Markdown, Static
 
 from llmchat.core.conversation import Message
 from llmchat.tui import format as fmt
+from llmchat.tui.cache_text import explanation_line
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
 
@@ -31,7 +32,7 @@ def shown(text: str) -> str:
 class MessageView(Vertical, can_focus=True):
     """One message; focus it (click or Tab) and press c to copy it."""
 
-    BINDINGS = [Binding("c", "copy", "Copy message")]
+    BINDINGS = [Binding("c", "copy", "Copy message"), Binding("f", "fork", "Fork here")]
 
     def __init__(self, message: Message) -> None:
         super().__init__(classes=f"message -{message.role}")
@@ -41,8 +42,16 @@ class MessageView(Vertical, can_focus=True):
         self.app.copy_to_clipboard(self.message.content)
         self.notify(f"Copied {len(self.message.content):,} characters", timeout=2)
 
+    async def action_fork(self) -> None:
+        await self.app.fork_at(self.message)  # (tui/chat_ops.py)
+
 
 class UserMessage(MessageView):
+    BINDINGS = [Binding("e", "edit", "Edit & resend")]
+
+    def action_edit(self) -> None:
+        self.app.edit_message(self.message)
+
     def compose(self) -> ComposeResult:
         yield Static(Content(shown(self.message.content)), classes="body")
 
@@ -57,10 +66,18 @@ def footer_text(message: Message, live: str | None = None) -> str:
         "interrupted": "interrupted: llmchat closed mid-reply",
         "error": f"cut short: {message.error}" if message.error else "cut short",
     }.get(status, "")
-    return " · ".join(p for p in (prefix, line) if p)
+    text = " · ".join(p for p in (prefix, line) if p)
+    if message.explanation is not None:
+        text += "\n" + explanation_line(message.explanation)
+    return text
 
 
 class AssistantMessage(MessageView):
+    BINDINGS = [Binding("w", "why", "Why this reuse")]
+
+    def action_why(self) -> None:
+        self.app.explain_reply(self.message)
+
     def __init__(self, message: Message, text: str | None = None, live: str | None = None) -> None:
         super().__init__(message)
         self._initial = message.content if text is None else text
