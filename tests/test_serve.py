@@ -19,8 +19,10 @@ GREEDY = {"temperature": 0, "max_tokens": 40}
 
 @pytest.fixture(scope="module")
 def tiny_server(tiny_model_dir):
+    # no disk tier: these tests count in-memory reuse exactly (another module's server may have stored the same
+    # prompts' blocks in this run's cache dir); the disk tier has its own test below
     server = Server("--model", str(tiny_model_dir), "--kv-cache-gb", "0.01", "--max-num-seqs", "8",
-                    "--max-pending", "64")
+                    "--max-pending", "64", "--no-kv-disk")
     yield server
     assert server.stop() == 0, "".join(server.log)
 
