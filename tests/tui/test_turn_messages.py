@@ -68,6 +68,8 @@ async def test_a_refused_message_comes_back_into_the_box_with_what_was_typed_mea
         app.chat_screen.prompt.load_text("a message the backend refuses")
         await press(pilot, "enter")
         app.chat_screen.prompt.load_text("typed while it was queued")
+        # (not `not first.busy`: on a loaded machine that can hold before the turn has even started)
+        await wait_for(pilot, lambda: "a message the backend refuses" in app.chat_screen.prompt.message_text())
         await wait_for(pilot, lambda: not first.busy)
         box = app.chat_screen.prompt.message_text()
         assert "a message the backend refuses" in box and "typed while it was queued" in box
