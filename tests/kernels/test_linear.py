@@ -29,11 +29,40 @@ def test_packed_bf16_linear_matches_reference(shape, bias):
         assert bool((err <= bound).all()), err.max()
 
 
-def test_fp32_is_never_packed_and_stays_exact():
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", [(96, 64), (200, 48), (64, 130), (40, 1536)])
+def test_packed_fp32_linear_matches_reference(shape, bias, monkeypatch):
+    """fp32 weights keep only the oneDNN-packed copy: every batch size the engine feeds (one decode row, a
+    batch of chats, a verify step's drafted rows, a prefill chunk) equals the fp64 product within fp32's
+    summation error."""
+    monkeypatch.delenv("LLMCHAT_FP32_LINEAR", raising=False)
+    out_features, in_features = shape
+    weight = torch.randn(out_features, in_features)
+    if not can_prepack(weight):
+        pytest.skip("this torch has no oneDNN linear")
+    b = torch.randn(out_features) if bias else None
+    packed = prepack_linear_weight(weight)
+    assert packed is not None
+    for num_rows in (1, 2, 3, 4, 5, 8, 9, 33, 130):
+        x = torch.randn(num_rows, in_features)
+        got = linear(x, None, b, packed)
+        assert got.dtype == torch.float32 and got.shape == (num_rows, out_features)
+        expected = linear_ref(x.double(), weight.double(), None if b is None else b.double())
+        magnitude = x.double().abs() @ weight.double().abs().T + (0 if b is None else b.double().abs())
+        bound = (in_features + 2) * 2**-24 * magnitude + 1e-30
+        assert bool(((got.double() - expected).abs() <= bound).all())
+
+
+def test_plain_fp32_path_when_asked_and_a_bad_choice_is_one_line(monkeypatch):
     weight, x = torch.randn(10, 6), torch.randn(3, 6)
-    assert prepack_linear_weight(weight) is None  # the fp32 reference format keeps its plain weight
+    monkeypatch.setenv("LLMCHAT_FP32_LINEAR", "plain")
+    assert prepack_linear_weight(weight) is None  # F.linear on the plain weight
     torch.testing.assert_close(linear(x, weight, None, None), linear_ref(x, weight))
-    assert prepack_linear_weight(weight.half()) is None
+    monkeypatch.setenv("LLMCHAT_FP32_LINEAR", "fast")
+    with pytest.raises(ValueError, match="use 'packed' or 'plain'"):
+        prepack_linear_weight(weight)
+    monkeypatch.delenv("LLMCHAT_FP32_LINEAR")
+    assert prepack_linear_weight(weight.half()) is None  # fp16 is never packed
 
 
 def test_unpacked_bf16_weight_computes_in_bf16_and_returns_activation_dtype():
