@@ -52,6 +52,9 @@ class Message:
     message_id: int | None = None
     token_span: tuple[int, int] | None = None  # [start, end) in Conversation.token_ids; None: not known
     explanation: CacheExplanation | None = None  # a reply's prefix reuse, as the engine explained it (not stored)
+    # character ranges [start, end) of a reply streamed in this run whose tokens were drafted and kept
+    # (speculative decoding); not stored
+    draft_spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

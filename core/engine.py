@@ -175,18 +175,18 @@ class LLMEngine:
         end = now()
         self.window.add_step(self._step_stats(batch, end - start, spec))
         for seq, new_ids in zip(batch.seqs, tokens):
-            for token in new_ids:  # kept drafted tokens, then the one sampled; a finish drops the rest
+            for j, token in enumerate(new_ids):  # kept drafted tokens, then the one sampled; a finish drops the rest
                 if not seq.is_finished:
-                    events.extend(self._append_token(seq, token, end))
+                    events.extend(self._append_token(seq, token, end, drafted=j < len(new_ids) - 1))
         return events
 
-    def _append_token(self, seq: Sequence, token: int, t: float) -> list[EngineEvent]:
+    def _append_token(self, seq: Sequence, token: int, t: float, drafted: bool = False) -> list[EngineEvent]:
         seq.token_ids.append(token)
         seq.timings.on_token(t)
         stream = self._streams[seq.request_id]
         text, stopped = stream.stop.feed(stream.detok.push(token))
         stream.text.append(text)
-        events: list[EngineEvent] = [TextDelta(seq.request_id, text, (token,))]
+        events: list[EngineEvent] = [TextDelta(seq.request_id, text, (token,), drafted)]
         reason = None
         if stopped or (token in self.tokenizer.stop_token_ids and not seq.params.ignore_eos):
             reason = FinishReason.STOP

@@ -26,6 +26,7 @@ class TextDelta:
     request_id: int
     text: str  # complete UTF-8 text only; may be empty while a character or stop string is pending
     token_ids: tuple[int, ...]  # the tokens sampled this step
+    drafted: bool = False  # the token was drafted (speculative decoding) and the model kept it
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from llmchat.core.config import DEFAULT_SPECULATIVE_TOKENS, EngineConfig
 from llmchat.core.dense import DenseKV, generate_dense
 from llmchat.core.draft import NgramIndex
 from llmchat.core.engine import LLMEngine
-from llmchat.core.events import Finished
+from llmchat.core.events import Finished, TextDelta
 from llmchat.core.loader import LoadedModel
 from llmchat.core.model import build_model
 from llmchat.core.sampling import SamplingParams, filtered_probs
@@ -173,6 +173,33 @@ def test_max_tokens_cuts_kept_drafts(tiny_model):
         params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
         (result,) = run(engine, [(prompt, params)])
         assert list(result.output_ids) == reference[:max_tokens]
+
+
+def test_text_deltas_mark_exactly_the_kept_drafted_tokens(tiny_model):
+    """The UI underlines drafted tokens the model kept (F6): in every step a request's deltas are its kept
+    drafts (drafted=True), then the one token the target sampled (drafted=False)."""
+    prompt = prompts_for(tiny_model.tokenizer)[0]
+    reference = list(generate_dense(tiny_model.model, prompt, LONG))
+    engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=6))
+    engine.speculator.proposer = WrongThenRightProposer({tuple(prompt): reference}, seed=3)
+    engine.add_request(prompt, LONG)
+    flags_by_step: list[list[bool]] = []
+    finished = None
+    while engine.has_work:
+        events = engine.step()
+        flags_by_step.append([e.drafted for e in events if isinstance(e, TextDelta) and e.token_ids])
+        finished = next((e for e in events if isinstance(e, Finished)), finished)
+    for flags in flags_by_step[:-1]:
+        assert flags == [True] * (len(flags) - 1) + [False] * bool(flags)
+    last = flags_by_step[-1]  # a finish may cut the step's tokens short
+    assert last == [True] * len(last) or last == [True] * (len(last) - 1) + [False]
+    num_marked = sum(sum(flags) for flags in flags_by_step)
+    assert 0 < num_marked <= finished.metrics.num_accepted_tokens
+    assert finished.metrics.num_accepted_tokens - num_marked < 6  # only the last step's cut drafts are unmarked
+    plain = LLMEngine(tiny_model, OFF)
+    plain.add_request(prompt, LONG)
+    while plain.has_work:
+        assert not any(e.drafted for e in plain.step() if isinstance(e, TextDelta))
 
 
 # -- a draft model ---------------------------------------------------------------------------

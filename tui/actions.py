@@ -37,6 +37,8 @@ COMMANDS = [
     ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
     ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
     ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
+    ("toggle_drafts", "Mark accepted drafts", "show replies as plain text with the drafted tokens the model kept "
+                                              "underlined (speculative decoding, --speculative) (F6)"),
     ("switch(1)", "Next chat", "open the next chat in the list (Ctrl+Down)"),
     ("switch(-1)", "Previous chat", "open the previous chat in the list (Ctrl+Up)"),
 ]
@@ -178,6 +180,13 @@ class ChatActions(_Base):
         shown = screen.panels.display
         screen.set_class(not shown, "-panels-shown")
         screen.set_class(shown, "-panels-hidden")
+
+    async def action_toggle_drafts(self) -> None:
+        self.mark_drafts = not self.mark_drafts
+        await self.chat_screen.transcript.show(self.current)
+        if self.mark_drafts:
+            self.notify("Replies as plain text; underlined: tokens drafted by speculative decoding and kept by the "
+                        "model (replies streamed in this run with --speculative). F6 again: Markdown.", timeout=6)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

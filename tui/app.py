@@ -70,6 +70,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         Binding("f3", "fork_last", "Fork", show=False),
         Binding("f4", "undo_turn", "Undo turn", show=False),
         Binding("f5", "verify_cache", "Verify cache", show=False),
+        Binding("f6", "toggle_drafts", "Mark drafts", show=False, priority=True),  # over the input's select-line
         Binding("f8", "block_map", "Block map", show=False),
         Binding("f9", "explain_last", "Why this reuse", show=False),
         Binding("f1", "cache_help", "Cache facts & keys", show=False),
@@ -92,6 +93,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         self.sessions: dict[int, ChatSession] = {}
         self.current_id: int | None = None
         self.drafts: dict[int, str] = {}
+        self.mark_drafts = False  # replies as plain text with kept speculative drafts underlined (F6)
         self._last_stats = None
         self._shut_down = False
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix

@@ -23,10 +23,22 @@ class Turn:
     text_parts: list[str] = field(default_factory=list)
     cancelled: bool = False
     last_saved: float = field(default_factory=time.monotonic)
+    num_chars: int = 0  # len(self.text)
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
+
+    def add_text(self, text: str, drafted: bool) -> None:
+        """Streamed text; a drafted token's text extends the reply's draft spans (merged when adjacent)."""
+        self.text_parts.append(text)
+        start, self.num_chars = self.num_chars, self.num_chars + len(text)
+        if drafted and text:
+            spans = self.reply.draft_spans
+            if spans and spans[-1][1] == start:
+                spans[-1] = (spans[-1][0], self.num_chars)
+            else:
+                spans.append((start, self.num_chars))
 
     @property
     def num_output_tokens(self) -> int:

@@ -115,7 +115,7 @@ class TurnManager:
                 turn.prompt_ids = list(event.prompt_ids)
                 session.conversation.begin_reply(turn.user, turn.reply, turn.prompt_ids)
             else:
-                turn.text_parts.append(event.text)
+                turn.add_text(event.text, event.drafted)
                 turn.output_ids.extend(event.token_ids)
         now = time.monotonic()
         for session in self.by_handle.values():

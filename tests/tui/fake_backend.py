@@ -26,8 +26,9 @@ class FakeBackend:
     character of the new message (so a test can check that the UI keeps exactly what the backend said)."""
 
     def __init__(self, sink, reply: str = "Hello from the fake backend.", delay_s: float = 0.01,
-                 refuse_after_s: float | None = None) -> None:
+                 refuse_after_s: float | None = None, drafted_words: frozenset[int] = frozenset()) -> None:
         self.sink = sink
+        self.drafted_words = drafted_words  # indexes of reply words streamed as kept speculative drafts
         self.refuse_after_s = refuse_after_s  # not None: refuse every prompt after that long
         self.reply = reply
         self.delay_s = delay_s
@@ -67,7 +68,7 @@ class FakeBackend:
                 break
             text = word if i == 0 else " " + word
             output.append(5000 + i)
-            self.sink(handle, TextDelta(handle.request_id, text, (output[-1],)))
+            self.sink(handle, TextDelta(handle.request_id, text, (output[-1],), i in self.drafted_words))
             time.sleep(self.delay_s)
         text = " ".join(words[: len(output)])
         elapsed = time.perf_counter() - start

@@ -44,7 +44,7 @@ async def wait_for(pilot, condition, timeout: float = 20.0, step: float = 0.02) 
                      for cid, s in getattr(app, "sessions", {}).items()}
             bridge = getattr(app, "bridge", None)
             engine = bridge and bridge.service and (bridge._posted, len(bridge._items), bridge.stats(),
-                                                    bridge.service._thread.is_alive(), app._message_queue.qsize())
+                                                    getattr(getattr(bridge.service, '_thread', None), 'is_alive', bool)(), app._message_queue.qsize())
             raise AssertionError(f"timed out after {timeout} s; chats: {state}\nengine: {engine}\n{screen_text(app)}")
         await pilot.pause(step)
 

@@ -11,6 +11,7 @@ from textual.widgets import Markdown, Static
 from llmchat.core.conversation import Message
 from llmchat.tui import format as fmt
 from llmchat.tui.cache_text import explanation_line
+from llmchat.tui.draft_marks import drafted_share, marked_reply
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
 
@@ -84,15 +85,35 @@ class AssistantMessage(MessageView):
         self._live = live
         self.num_chars_shown = len(self._initial)  # of the raw reply text
 
+    @property
+    def marks_drafts(self) -> bool:
+        """The app's "Mark accepted drafts" toggle: plain text with kept drafted tokens underlined."""
+        return bool(getattr(self.app, "mark_drafts", False))
+
     def compose(self) -> ComposeResult:
-        yield Markdown(shown(self._initial), classes="body", open_links=False)
-        yield Static(Content(safe_text(footer_text(self.message, self._live))), classes="footer")
+        if self.marks_drafts:
+            yield Static(marked_reply(self._initial, self.message.draft_spans), classes="body -drafts")
+        else:
+            yield Markdown(shown(self._initial), classes="body", open_links=False)
+        yield Static(Content(safe_text(self.footer(self._live))), classes="footer")
+
+    def footer(self, live: str | None = None) -> str:
+        text = footer_text(self.message, live)
+        share = drafted_share(self.message.content, self.message.draft_spans) if live is None else ""
+        return f"{text}\n{share}" if self.marks_drafts and share else text
 
     async def show_upto(self, text: str) -> None:
         """Show a streaming reply up to `text` (the whole reply so far): appends only what is new, so only
         the last Markdown block is re-parsed. Called once per frame at most, with everything since."""
+        if len(text) <= self.num_chars_shown:
+            return
+        if self.marks_drafts:
+            for body in self.query(".-drafts"):
+                self.num_chars_shown = len(text)
+                body.update(marked_reply(text, self.message.draft_spans))
+            return
         found = self.query(Markdown)
-        if not found or len(text) <= self.num_chars_shown:  # (not composed yet, or nothing new)
+        if not found:  # (not composed yet)
             return
         new, self.num_chars_shown = text[self.num_chars_shown :], len(text)
         if len(found.first().source) < MAX_SHOWN_CHARS:
@@ -105,13 +126,17 @@ class AssistantMessage(MessageView):
     async def finish(self) -> None:
         """The reply is final (self.message updated): show all of it and its metrics line."""
         self.set_class(self.message.status != "done", "-cut")
-        markdowns, footers = list(self.query(Markdown)), list(self.query(".footer"))
-        if not markdowns or not footers:  # not composed yet: compose() will show the final message
+        bodies, footers = list(self.query(".body")), list(self.query(".footer"))
+        if not bodies or not footers:  # not composed yet: compose() will show the final message
             self._initial, self._live = self.message.content, None
             return
-        if markdowns[0].source != shown(self.message.content):
-            await markdowns[0].update(shown(self.message.content))
-        footers[0].update(Content(safe_text(footer_text(self.message))))
+        body = bodies[0]
+        if isinstance(body, Markdown):
+            if body.source != shown(self.message.content):
+                await body.update(shown(self.message.content))
+        else:
+            body.update(marked_reply(self.message.content, self.message.draft_spans))
+        footers[0].update(Content(safe_text(self.footer())))
 
 
 class Transcript(VerticalScroll):
