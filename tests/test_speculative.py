@@ -21,7 +21,7 @@ from llmchat.core.loader import LoadedModel
 from llmchat.core.model import build_model
 from llmchat.core.sampling import SamplingParams, filtered_probs
 from llmchat.core.spec_verify import verify_drafts
-from llmchat.core.speculative import AdaptiveK
+from llmchat.core.speculative import MAX_DECODE_ROWS, AdaptiveK
 from llmchat.tui.cli import build_parser, engine_config
 
 OFF = EngineConfig(num_speculative_tokens=0)
@@ -67,6 +67,7 @@ def test_greedy_output_identical_with_speculation_on_and_off(tiny_model, overrid
     for name, spec_tokens in (("on", 4), ("off", 0)):
         engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=spec_tokens, **overrides))
         engine.speculator.proposer = SometimesWrong(engine.speculator.proposer, seed=3)
+        engine.speculator.max_decode_rows = 64  # every sequence may draft in the same step
         run(engine, [(prompts[0], SamplingParams(temperature=0, max_tokens=2))])  # warm the shared prefix
         results[name] = run(engine, [(p, LONG) for p in prompts])
     assert outputs(results["on"]) == outputs(results["off"])
@@ -136,6 +137,7 @@ def test_rejected_tokens_are_rolled_back_and_never_cached(tiny_model):
     truth = {tuple(p): list(generate_dense(tiny_model.model, p, LONG)) for p in prompts}
     engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=6))
     engine.speculator.proposer = WrongThenRightProposer(truth, seed=1)
+    engine.speculator.max_decode_rows = 64
     results = run(engine, [(p, LONG) for p in prompts], check_rollback)
     assert [list(r.output_ids) for r in results] == [truth[tuple(p)] for p in prompts]
     drafted = sum(r.metrics.num_draft_tokens for r in results)
@@ -202,6 +204,30 @@ def test_text_deltas_mark_exactly_the_kept_drafted_tokens(tiny_model):
         assert not any(e.drafted for e in plain.step() if isinstance(e, TextDelta))
 
 
+def test_drafts_stay_within_the_steps_decode_row_budget_best_acceptance_first(tiny_model):
+    """A forward costs about one row's time only up to a few rows: the drafts of a step never take the
+    decode rows past the budget (it goes to the best recent acceptance first), and the output stays exact."""
+    prompts = prompts_for(tiny_model.tokenizer)[:4]
+    truth = {tuple(p): list(generate_dense(tiny_model.model, p, LONG)) for p in prompts}
+    engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=4))
+    speculator = engine.speculator
+    speculator.proposer = WrongThenRightProposer(truth, seed=4)
+    assert speculator.max_decode_rows == MAX_DECODE_ROWS
+    rows_per_step: list[tuple[int, int]] = []
+    propose = speculator.propose
+
+    def checked_propose(running):
+        propose(running)
+        decoding = [s for s in running if s.num_computed_tokens == s.num_tokens - 1]
+        rows_per_step.append((len(decoding), sum(len(s.draft_ids) for s in decoding)))
+
+    speculator.propose = checked_propose
+    results = run(engine, [(p, LONG) for p in prompts])
+    assert [list(r.output_ids) for r in results] == [truth[tuple(p)] for p in prompts]
+    assert all(n + drafted <= max(n, MAX_DECODE_ROWS) for n, drafted in rows_per_step)
+    assert any(n == 4 and drafted == MAX_DECODE_ROWS - 4 for n, drafted in rows_per_step)  # the budget is used
+
+
 # -- a draft model ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_draft(tiny_model) -> LoadedModel:
@@ -219,7 +245,9 @@ def test_draft_model_keeps_greedy_output_and_a_copy_of_the_target_is_always_righ
     drafted = run(LLMEngine(tiny_model, config, draft=tiny_draft), [(p, LONG) for p in prompts])
     assert outputs(drafted) == outputs(off)
     assert all(r.metrics.num_draft_tokens > 0 for r in drafted)
-    copy = run(LLMEngine(tiny_model, config, draft=tiny_model), [(p, LONG) for p in prompts])
+    copy_engine = LLMEngine(tiny_model, config, draft=tiny_model)
+    copy_engine.speculator.max_decode_rows = 64  # all three draft k tokens every step
+    copy = run(copy_engine, [(p, LONG) for p in prompts])
     assert outputs(copy) == outputs(off)
     for r in copy:  # the draft is the target itself: every drafted token is kept
         assert r.metrics.num_draft_tokens > 0 and r.metrics.acceptance_rate == 1.0
