@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from llmchat.core.conversation import Conversation
 from llmchat.core.prompt import prompt_ids_for
-from llmchat.core.config import EngineConfig
+from llmchat.core.config import DEFAULT_SPECULATIVE_TOKENS, EngineConfig
 from llmchat.core.dense import generate_dense
 from llmchat.core.engine import LLMEngine
 from llmchat.core.events import Finished
@@ -161,7 +161,10 @@ class Bench:
         # the disk tier only where a scenario asks for it (restart): elsewhere it would turn a cold prompt of an
         # earlier bench run into disk hits
         self.kv_disk_bytes = config.kv_disk_bytes or DEFAULT_KV_DISK_BYTES
-        self.config = dataclasses.replace(config, kv_disk_bytes=0)
+        # speculation likewise (the speculative scenario compares it on and off): decode figures stay one
+        # forward per token, comparable with other engines' plain decoding
+        self.spec_tokens = config.num_speculative_tokens or DEFAULT_SPECULATIVE_TOKENS
+        self.config = dataclasses.replace(config, kv_disk_bytes=0, num_speculative_tokens=0)
         self.size = size
         self.log = log
         self.results = Results()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmchat.core.config import DEFAULT_SPECULATIVE_TOKENS
 from llmchat.core.metrics import median
 from llmchat.core.prompt import prompt_ids_for
 from llmchat.core.sampling import SamplingParams
@@ -70,7 +69,7 @@ def run_speculative(bench: "Bench") -> None:
         "plain-": (prompt_ids_for(tokenizer, [{"role": "user", "content": PLAIN_REQUEST}]),
                    SamplingParams(temperature=0, max_tokens=2 * bench.size.decode_tokens)),
     }
-    spec_tokens = bench.config.num_speculative_tokens or DEFAULT_SPECULATIVE_TOKENS
+    spec_tokens = bench.spec_tokens
     tpot: dict[str, list[float]] = {}
     acceptance: dict[str, list[float]] = {}
     per_forward: dict[str, list[float]] = {}
