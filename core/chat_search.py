@@ -107,11 +107,12 @@ def split_marked(text: str) -> tuple[tuple[str, bool], ...]:
 
 
 def like_snippet(content: str, terms: list[str], context: int = LIKE_CONTEXT_CHARS) -> tuple[tuple[str, bool], ...]:
-    """The LIKE fallback's snippet: `context` characters either side of the first match, every match marked."""
+    """The LIKE fallback's snippet: from `context` characters before the first match to `context` after the
+    first match of the last term found (at most 4 * context in all), every match marked."""
     folded = content.casefold()
-    found = [folded.find(t.casefold()) for t in terms]
-    first = min((i for i in found if i >= 0), default=0)
-    start, end = max(0, first - context), min(len(content), first + context + max(len(t) for t in terms))
+    found = [(at, at + len(t)) for t in terms if (at := folded.find(t.casefold())) >= 0] or [(0, 0)]
+    start = max(0, min(found)[0] - context)
+    end = min(len(content), max(e for _, e in found) + context, start + 4 * context)
     window = content[start:end]
     matched = [False] * len(window)
     low = window.casefold()

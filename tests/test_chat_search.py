@@ -192,3 +192,6 @@ def test_split_marked_and_like_snippet():
     assert chat_search.like_snippet("Short EGG text", ["egg"]) == (("Short ", False), ("EGG", True), (" text", False))
     parts = chat_search.like_snippet("x" * 100 + "needle" + "y" * 100, ["needle"], context=5)
     assert parts == (("…xxxxx", False), ("needle", True), ("yyyyy…", False))
+    parts = chat_search.like_snippet("a" * 50 + "one " + "b" * 10 + " two" + "c" * 50, ["two", "one"], context=10)
+    assert parts == (("…" + "a" * 10, False), ("one", True), (" " + "b" * 10 + " ", False), ("two", True),
+                     ("c" * 10 + "…", False))  # from before the first term to after the last one

@@ -13,6 +13,7 @@ from llmchat.tui import format as fmt
 from llmchat.tui.cache_text import explanation_line
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
+from llmchat.tui.widgets.code_fence import ReplyMarkdown
 
 MAX_SHOWN_CHARS = 20_000  # longer messages are shown cut (the whole text is kept, sent and exported)
 
@@ -85,7 +86,7 @@ class AssistantMessage(MessageView):
         self.num_chars_shown = len(self._initial)  # of the raw reply text
 
     def compose(self) -> ComposeResult:
-        yield Markdown(shown(self._initial), classes="body", open_links=False)
+        yield ReplyMarkdown(shown(self._initial), self._initial, classes="body", open_links=False)
         yield Static(Content(safe_text(footer_text(self.message, self._live))), classes="footer")
 
     async def show_upto(self, text: str) -> None:
@@ -95,6 +96,7 @@ class AssistantMessage(MessageView):
         if not found or len(text) <= self.num_chars_shown:  # (not composed yet, or nothing new)
             return
         new, self.num_chars_shown = text[self.num_chars_shown :], len(text)
+        found.first().reply_text = text  # (what a code block's copy reads)
         if len(found.first().source) < MAX_SHOWN_CHARS:
             await found.first().append(safe_text(new))
 
@@ -109,6 +111,7 @@ class AssistantMessage(MessageView):
         if not markdowns or not footers:  # not composed yet: compose() will show the final message
             self._initial, self._live = self.message.content, None
             return
+        markdowns[0].reply_text = self.message.content
         if markdowns[0].source != shown(self.message.content):
             await markdowns[0].update(shown(self.message.content))
         footers[0].update(Content(safe_text(footer_text(self.message))))
@@ -154,6 +157,16 @@ class Transcript(VerticalScroll):
             if view.message is message:
                 return view
         return None
+
+    def focus_message(self, message_id: int) -> bool:
+        """Scroll to the message with this store id and focus it (the view stops following the bottom)."""
+        view = next((v for v in self.query(MessageView) if v.message.message_id == message_id), None)
+        if view is None:
+            return False
+        self.release_anchor()
+        view.focus(scroll_visible=False)
+        self.call_after_refresh(self.scroll_to_widget, view, top=True, animate=False)
+        return True
 
     async def remove_message(self, message: Message) -> None:
         for view in self.query(MessageView):
