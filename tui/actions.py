@@ -169,6 +169,8 @@ class ChatActions(_Base):
     def action_search_chats(self) -> None:
         from llmchat.tui.screens.search import SearchScreen
 
+        if self.screen is not self.chat_screen:  # (not over a dialog, nor over itself)
+            return
         screen = SearchScreen(self.store, getattr(self, "last_search_text", ""))
         self.push_screen(screen, lambda hit: self.open_search_hit(hit, screen.last_text))
 

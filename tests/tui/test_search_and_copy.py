@@ -74,7 +74,13 @@ async def test_search_finds_a_message_in_another_chat_and_opens_it_there(tmp_pat
 
         await press(pilot, "ctrl+f")  # the last search comes back; ↓ and Enter pick from the list
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
-        assert app.screen.query_one(Input).value == "etna Volcano"
+        search = app.screen
+        assert search.query_one(Input).value == "etna Volcano"
+        await press(pilot, "down")
+        await press(pilot, "ctrl+f")  # (on the list: not a second search screen)
+        assert app.screen is search and len(app.screen_stack) == 3
+        await press(pilot, "enter")
+        await wait_for(pilot, lambda: app.screen is app.chat_screen and app.focused.message.message_id == target)
         await quit_app(pilot)
 
 

@@ -5,6 +5,7 @@ shows its chat's title and the matching words with some context. Everything show
 """
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
@@ -28,7 +29,7 @@ HINT = "Enter opens the first match · ↓ and Enter pick another · Esc closes"
 def hit_prompt(hit: SearchHit) -> Content:
     """Two lines: '#id title · role', then the snippet with the matched words in bold."""
     head = Content.assemble((f"#{hit.chat_id} {safe_text(hit.chat_title)}", "bold"), f" · {hit.role}")
-    snippet = Content.assemble(*[(safe_text(" ".join(text.split("\n"))), "bold reverse" if is_match else "")
+    snippet = Content.assemble(*[(safe_text(re.sub(r"\s+", " ", text)), "bold reverse" if is_match else "")
                                  for text, is_match in hit.snippet])
     return Content.assemble(head, "\n", snippet)
 
@@ -66,7 +67,10 @@ class SearchScreen(ModalScreen[SearchHit | None]):
             self.hits, problem = [], str(e)
         hits = self.query_one("#search-hits", OptionList)
         hits.clear_options()
-        hits.add_options([Option(hit_prompt(h)) for h in self.hits])
+        options: list[Option | None] = []
+        for i, hit in enumerate(self.hits):
+            options += [None, Option(hit_prompt(hit), id=str(i))] if i else [Option(hit_prompt(hit), id=str(i))]
+        hits.add_options(options)  # (None: a separator line between hits)
         if self.hits:
             hits.highlighted = 0
         self.query_one("#search-status", Static).update(Content(safe_text(self.status_line(text, problem))))
@@ -92,4 +96,4 @@ class SearchScreen(ModalScreen[SearchHit | None]):
             self.query_one("#search-hits", OptionList).focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(self.hits[event.option_index])
+        self.dismiss(self.hits[int(event.option.id)])
