@@ -113,3 +113,24 @@ async def test_a_code_block_copies_its_exact_text(tmp_path):
         await press(pilot, "c")  # c on the reply itself still copies all of it
         assert app.clipboard == CODE_REPLY
         await quit_app(pilot)
+
+
+async def test_a_code_block_still_streaming_copies_what_has_arrived(tmp_path):
+    words = [f"w{i}" for i in range(60)]
+    reply = "Here:\n```text\n" + " ".join(words) + "\n```\nend"
+    app = LlmChatApp(tmp_path / "data", lambda progress, sink: FakeBackend(sink, reply=reply, delay_s=0.1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.bridge.ready)
+        chat = app.current
+        app.chat_screen.prompt.load_text("stream code")
+        await press(pilot, "enter")
+        await wait_for(pilot, lambda: chat.busy and app.chat_screen.transcript.query(CopyableFence))
+        await wait_for(pilot, lambda: "w3" in app.chat_screen.transcript.query_one(CopyableFence).code)
+        fence = app.chat_screen.transcript.query_one(CopyableFence)
+        fence.focus()
+        await press(pilot, "c")
+        assert chat.busy, "the reply was still streaming"
+        copied = app.clipboard
+        assert copied.startswith("w0 w1 w2 w3") and " ".join(words).startswith(copied)  # the unclosed fence so far
+        assert copied != " ".join(words)
+        await quit_app(pilot)

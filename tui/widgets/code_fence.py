@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.widgets import Markdown, Static
-from textual.widgets._markdown import MarkdownFence  # (Textual exports it only from this module)
+from textual.widgets.markdown import MarkdownFence
 
 from llmchat.tui.code_blocks import code_blocks
 
