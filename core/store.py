@@ -5,7 +5,8 @@ exact token ids the model saw and produced (so a restarted app continues with th
 prefix cache reuses them), and each message the span of those ids it contributed. The rules (titles,
 turn state) live in core/conversation.py; this file only maps rows to those records and back. Every
 change is one transaction. One app owns a data dir at a time: a
-second one gets DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock).
+second one gets DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock). Message text is
+searchable across chats (core/chat_search.py: an FTS5 index kept in step by triggers, built on open).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from llmchat.core import chat_search
 from llmchat.core.conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
 from llmchat.core.metrics import RequestMetrics
 
@@ -163,8 +165,11 @@ class ChatStore:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
             self._recover_interrupted()
+            with self._tx() as db:
+                self.search_uses_fts = chat_search.ensure_index(db)  # False: a LIKE scan (no FTS5 here)
         else:
             self._check_version()
+            self.search_uses_fts = chat_search.index_in_step(self._db)
 
     # -- lifecycle --------------------------------------------------------------------------
     def _acquire_dir_lock(self) -> None:
@@ -267,6 +272,12 @@ class ChatStore:
     def set_setting(self, key: str, value: str) -> None:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"app.{key}", value))
+
+    # -- search -----------------------------------------------------------------------------
+    def search_messages(self, text: str, limit: int = 50) -> list[chat_search.SearchHit]:
+        """Messages of every chat that hold every word of `text` (chat_search.SearchError: one line)."""
+        with self._lock:
+            return chat_search.search(self._db, text, use_fts=self.search_uses_fts, limit=limit)
 
     # -- chats ------------------------------------------------------------------------------
     def create_chat(self, settings: ChatSettings | None = None, title: str | None = None) -> Conversation:

@@ -34,6 +34,7 @@ COMMANDS = [
     ("settings", "Chat settings", "system prompt, temperature, top-p, max tokens (Ctrl+O)"),
     ("export", "Export chat", "write the chat as Markdown and JSON under the data dir (Ctrl+S)"),
     ("import_chat", "Import chat", "add a chat from a file that Export or `llmchat export` wrote (JSON or Markdown)"),
+    ("search_chats", "Search chats", "find messages in every chat; pick one to open its chat there (Ctrl+F)"),
     ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
     ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
     ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
@@ -166,6 +167,23 @@ class ChatActions(_Base):
             return
         self.copy_to_clipboard(replies[-1].content)
         self.notify(f"Copied the last reply ({len(replies[-1].content):,} characters)", timeout=2)
+
+    def action_search_chats(self) -> None:
+        from llmchat.tui.screens.search import SearchScreen
+
+        if self.screen is not self.chat_screen:  # (not over a dialog, nor over itself)
+            return
+        screen = SearchScreen(self.store, getattr(self, "last_search_text", ""))
+        self.push_screen(screen, lambda hit: self.open_search_hit(hit, screen.last_text))
+
+    async def open_search_hit(self, hit, text: str) -> None:
+        """Open the hit's chat scrolled to its message, which gets the focus (c copies it, Tab moves on)."""
+        self.last_search_text = text
+        if hit is None or hit.chat_id not in self.sessions:
+            return
+        await self.open_chat(hit.chat_id)
+        if not self.chat_screen.transcript.focus_message(hit.message_id):
+            self.notify("That message is no longer in the chat", severity="warning")
 
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]

@@ -60,6 +60,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         Binding("ctrl+o", "settings", "Settings"),
         Binding("ctrl+s", "export", "Export"),
         Binding("ctrl+l", "copy_reply", "Copy reply"),
+        Binding("ctrl+f", "search_chats", "Search chats", show=False),
         Binding("ctrl+t", "toggle_theme", "Theme"),
         Binding("ctrl+b", "toggle_panels", "Panels", show=False),
         Binding("ctrl+up,alt+up", "switch(-1)", "Previous chat", show=False),

@@ -14,6 +14,7 @@ from llmchat.tui.cache_text import explanation_line
 from llmchat.tui.draft_marks import drafted_share, marked_reply
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
+from llmchat.tui.widgets.code_fence import ReplyMarkdown
 
 MAX_SHOWN_CHARS = 20_000  # longer messages are shown cut (the whole text is kept, sent and exported)
 
@@ -94,7 +95,7 @@ class AssistantMessage(MessageView):
         if self.marks_drafts:
             yield Static(marked_reply(self._initial, self.message.draft_spans), classes="body -drafts")
         else:
-            yield Markdown(shown(self._initial), classes="body", open_links=False)
+            yield ReplyMarkdown(shown(self._initial), self._initial, classes="body", open_links=False)
         yield Static(Content(safe_text(self.footer(self._live))), classes="footer")
 
     def footer(self, live: str | None = None) -> str:
@@ -116,6 +117,7 @@ class AssistantMessage(MessageView):
         if not found:  # (not composed yet)
             return
         new, self.num_chars_shown = text[self.num_chars_shown :], len(text)
+        found.first().reply_text = text  # (what a code block's copy reads)
         if len(found.first().source) < MAX_SHOWN_CHARS:
             await found.first().append(safe_text(new))
 
@@ -132,6 +134,7 @@ class AssistantMessage(MessageView):
             return
         body = bodies[0]
         if isinstance(body, Markdown):
+            body.reply_text = self.message.content
             if body.source != shown(self.message.content):
                 await body.update(shown(self.message.content))
         else:
@@ -179,6 +182,16 @@ class Transcript(VerticalScroll):
             if view.message is message:
                 return view
         return None
+
+    def focus_message(self, message_id: int) -> bool:
+        """Scroll to the message with this store id and focus it (the view stops following the bottom)."""
+        view = next((v for v in self.query(MessageView) if v.message.message_id == message_id), None)
+        if view is None:
+            return False
+        self.release_anchor()
+        view.focus(scroll_visible=False)
+        self.call_after_refresh(self.scroll_to_widget, view, top=True, animate=False)
+        return True
 
     async def remove_message(self, message: Message) -> None:
         for view in self.query(MessageView):
