@@ -75,6 +75,7 @@ async def test_a_refused_message_comes_back_into_the_box_with_what_was_typed_mea
         assert "a message the backend refuses" in box and "typed while it was queued" in box
         assert first.conversation.messages == []  # the turn was undone, in memory and on disk
         # the same in a chat the user has left: the refused text waits in that chat's draft, switch or not
+        backends[0].refuse_after_s = 3.0  # still busy when Ctrl+N comes, even on a loaded machine
         app.chat_screen.prompt.load_text("refused in the background")
         await press(pilot, "enter")
         await press(pilot, "ctrl+n")
