@@ -31,7 +31,7 @@ COMMANDS = [
     ("stop", "Stop the reply", "stop the current chat's reply; the text so far is kept (Esc)"),
     ("rename", "Rename chat", "give the current chat a title (Ctrl+R)"),
     ("delete", "Delete chat", "delete the current chat, after a confirmation (Ctrl+D)"),
-    ("settings", "Chat settings", "system prompt, temperature, top-p, max tokens (Ctrl+O)"),
+    ("settings", "Chat settings", "system prompt, temperature, top-p, top-k, seed, stop strings, max tokens (Ctrl+O)"),
     ("export", "Export chat", "write the chat as Markdown and JSON under the data dir (Ctrl+S)"),
     ("import_chat", "Import chat", "add a chat from a file that Export or `llmchat export` wrote (JSON or Markdown)"),
     ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),

@@ -12,7 +12,7 @@ from dataclasses import replace
 from llmchat.core.conversation import ChatSettings
 from llmchat.core.user_config import KEYS, UserConfig, config_path, load_or_default, load_user_config
 
-# The built-in defaults of the sampling flags (`ask`; the app's new chats take temperature, top_p, max_tokens).
+# The built-in defaults of the sampling flags (`ask`; the app's new chats take them all: see chat_defaults).
 SAMPLING_DEFAULTS = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 512, "seed": None}
 _ENGINE_KEYS = ("model", "device", "kv_cache_gb", "kv_disk_gb")
 # How a default that is not one value reads (the engine picks it).
@@ -62,7 +62,7 @@ def chat_defaults(config: UserConfig | None, base: ChatSettings) -> ChatSettings
     """A new chat's settings: `base` (the current chat's), with the sampling defaults the file sets."""
     if config is None:
         return replace(base)
-    return replace(base, **{k: getattr(config, k) for k in ("temperature", "top_p", "max_tokens")
+    return replace(base, **{k: getattr(config, k) for k in ("temperature", "top_p", "max_tokens", "top_k", "seed")
                             if getattr(config, k) is not None})
 
 

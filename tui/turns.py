@@ -86,7 +86,8 @@ class TurnManager:
         from llmchat.core.sampling import SamplingParams
 
         s = session.settings
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, top_k=s.top_k,
+                              seed=s.seed, stop=s.stop)
 
     # -- stop -------------------------------------------------------------------------------
     def cancel(self, session: ChatSession) -> bool:

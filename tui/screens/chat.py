@@ -9,6 +9,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
 from llmchat.core.protocol import BackendInfo
+from llmchat.tui.sampling_fields import sampling_extras
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import Banner, ChatSession
 from llmchat.tui.widgets.chat_list import ChatList
@@ -97,6 +98,8 @@ class ChatScreen(Screen):
             system = "custom system" if s.system_prompt else "default system"
             text = (f"#{session.chat_id} {safe_text(session.conversation.title)}\n"
                     f"{ctx} · temp {s.temperature:g} · top-p {s.top_p:g} · max {s.max_tokens:,} · {system}")
+            extras = sampling_extras(s)  # (a third line, only when set)
+            text += "\n" + " · ".join(extras) if extras else ""
         self.query_one("#chat-header", Static).update(Content(text))
 
     def show_banner(self, banner: Banner | None) -> None:
