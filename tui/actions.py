@@ -12,6 +12,7 @@ from textual.screen import Screen
 from llmchat.core.chat_import import ChatImportError, read_chat_file
 from llmchat.core.conversation import ChatSettings
 from llmchat.tui.config_command import chat_defaults
+from llmchat.tui.key_bindings import help_with_key
 from llmchat.tui.chat_ops import CHAT_OP_COMMANDS
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
@@ -182,6 +183,7 @@ class ChatActions(_Base):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for key, title, help_text in COMMANDS + CHAT_OP_COMMANDS:
+            help_text = help_with_key(help_text, key, self._keymap)  # (a key moved by the config file)
             yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
         for s in self.ordered_sessions():
             yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.conversation.title)}", "switch to this chat",

@@ -25,6 +25,7 @@ from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory
 from llmchat.tui.config_command import chat_defaults, start_theme
+from llmchat.tui.key_bindings import apply_config_keys, with_ids
 from llmchat.tui.chat_ops import ChatOps
 from llmchat.tui.messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
@@ -52,7 +53,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
-    BINDINGS = [
+    BINDINGS = with_ids([  # each with an id (its action's name): the config file's [keys] can move it
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("escape", "stop", "Stop reply"),
         Binding("ctrl+r", "rename", "Rename"),
@@ -73,7 +74,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         Binding("f8", "block_map", "Block map", show=False),
         Binding("f9", "explain_last", "Why this reuse", show=False),
         Binding("f1", "cache_help", "Cache facts & keys", show=False),
-    ]
+    ])
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
                  model: str | None = None, engine_config: "EngineConfig | None" = None,
@@ -104,6 +105,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
                                            self.store.get_setting("theme", THEMES[0]) or THEMES[0])
         self.config_problems = [p for p in (config_problem, theme_problem) if p]
         self.theme = theme
+        self.config_problems += apply_config_keys(self, user_config)  # a bad [keys] entry: its default stays
 
     # -- start ------------------------------------------------------------------------------
     async def on_mount(self) -> None:

@@ -89,10 +89,26 @@ def run_config(args: argparse.Namespace) -> int:
         default_text = _DEFAULT_TEXT.get(key) if source == "default" else None
         shown = _toml(value) if default_text is None else _toml(default_text).strip('"')
         print(f"  {key:12} = {shown:30} ({source})")
-    if problem:
-        print(f"llmchat: {problem}", file=sys.stderr)
+    key_problems = print_keys(config, path)
+    if problem or key_problems:
+        for line in [problem] if problem else key_problems:
+            print(f"llmchat: {line}", file=sys.stderr)
         return 2
     return 0
+
+
+def print_keys(config: UserConfig, path) -> list[str]:
+    """The key of each action as the app will have it ([keys] in the file, else the default); returns the
+    file's entries that were not taken (one line each)."""
+    from llmchat.tui.key_bindings import effective, keymap_from, default_keys, remappable_bindings
+
+    bindings = remappable_bindings()
+    keymap, problems = keymap_from(config.keys, path, {a: k for a, (k, _) in default_keys(bindings).items()})
+    print("keys (action = key; [keys] in the file moves one):")
+    for b in effective(bindings, keymap):
+        source = "file" if b.source == "file" else "default" if b.source == "default" else f"none: {b.source}"
+        print(f"  {b.action:14} = {_toml(b.keys) if b.keys else '(none)':30} ({source}) {b.description}")
+    return problems
 
 
 def _toml(value: object) -> str:
