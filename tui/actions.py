@@ -38,6 +38,8 @@ COMMANDS = [
     ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
     ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
     ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
+    ("compose_in_editor", "Compose in editor", "edit the draft in $VISUAL/$EDITOR; it comes back to the input box "
+                                               "(Ctrl+E)"),
     ("switch(1)", "Next chat", "open the next chat in the list (Ctrl+Down)"),
     ("switch(-1)", "Previous chat", "open the previous chat in the list (Ctrl+Up)"),
 ]
@@ -165,6 +167,11 @@ class ChatActions(_Base):
             return
         self.copy_to_clipboard(replies[-1].content)
         self.notify(f"Copied the last reply ({len(replies[-1].content):,} characters)", timeout=2)
+
+    def action_compose_in_editor(self) -> None:
+        from llmchat.tui.editor_compose import compose_in_editor
+
+        compose_in_editor(self)
 
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
