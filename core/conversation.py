@@ -140,6 +140,12 @@ class Conversation:
         return Conversation(chat_id, f"{self.title} (fork)", False, settings=replace(self.settings),
                             token_ids=self.token_ids[:end], messages=messages, model_id=self.model_id)
 
+    def forget_ids(self) -> None:
+        """Drop the ids (they are of another model): the next prompt is tokenized afresh from the messages."""
+        self.token_ids = []
+        for m in self.messages:
+            m.token_span = None
+
     def begin_reply(self, user: Message, reply: Message, prompt_ids: list[int]) -> None:
         """The engine took the turn's prompt: this chat's ids, then what the user's message added."""
         if prompt_ids[: len(self.token_ids)] == self.token_ids:

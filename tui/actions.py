@@ -38,6 +38,8 @@ COMMANDS = [
     ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
     ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
     ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
+    ("switch_model", "Switch model", "unload this model and load another: the default, one used before, or one "
+                                     "in the cache dir"),
     ("compose_in_editor", "Compose in editor", "edit the draft in $VISUAL/$EDITOR; it comes back to the input box "
                                                "(Ctrl+E)"),
     ("switch(1)", "Next chat", "open the next chat in the list (Ctrl+Down)"),
@@ -167,6 +169,11 @@ class ChatActions(_Base):
             return
         self.copy_to_clipboard(replies[-1].content)
         self.notify(f"Copied the last reply ({len(replies[-1].content):,} characters)", timeout=2)
+
+    def action_switch_model(self) -> None:
+        from llmchat.tui.model_switch import open_model_picker
+
+        open_model_picker(self)
 
     def action_compose_in_editor(self) -> None:
         from llmchat.tui.editor_compose import compose_in_editor
