@@ -35,5 +35,10 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
                                  "their token ids; a chat of another model is marked, and its next turn is "
                                  "tokenized afresh for the loaded one."), classes="hint")
 
+    def on_mount(self) -> None:
+        options = self.query_one("#models", OptionList)
+        options.focus()
+        options.highlighted = next((i for i, c in enumerate(self.choices) if c.model == self.loaded), 0)
+
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(self.choices[int(event.option.id)])
