@@ -107,7 +107,7 @@ def print_keys(config: UserConfig, path) -> list[str]:
     print("keys (action = key; [keys] in the file moves one):")
     for b in effective(bindings, keymap):
         source = "file" if b.source == "file" else "default" if b.source == "default" else f"none: {b.source}"
-        print(f"  {b.action:14} = {_toml(b.keys) if b.keys else '(none)':30} ({source}) {b.description}")
+        print(f"  {b.action:17} = {_toml(b.keys) if b.keys else '(none)':30} ({source}) {b.description}")
     return problems
 
 

@@ -114,3 +114,21 @@ def test_the_palette_help_names_the_moved_key():
     assert help_with_key("edit (F2, or e on a message)", "edit_last", keymap) == "edit (f12, or e on a message)"
     assert help_with_key("open the previous chat (Ctrl+Up)", "switch(-1)", keymap) == "open the previous chat (alt+k)"
     assert help_with_key("rename (Ctrl+R)", "rename", keymap) == "rename (Ctrl+R)"
+
+
+async def test_the_input_boxs_editor_key_moves_too(tmp_path, monkeypatch, engine_factory):
+    path = tmp_path / "config.toml"
+    path.write_text('[keys]\ncompose_in_editor = "f6"\n')  # (F6 was the text area's select-line)
+    monkeypatch.setenv("LLMCHAT_CONFIG", str(path))
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.delenv("EDITOR", raising=False)
+    app = LlmChatApp(tmp_path / "data", engine_factory, user_config=load_or_default()[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.current is not None)
+        app.chat_screen.prompt.focus()
+        await press(pilot, "ctrl+e")  # the old key: nothing
+        await pilot.pause(0.2)
+        assert not any("no editor" in n.message for n in app._notifications)
+        await press(pilot, "f6")
+        await wait_for(pilot, lambda: any("no editor: set $VISUAL" in n.message for n in app._notifications))
+        await quit_app(pilot)
