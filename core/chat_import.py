@@ -16,7 +16,7 @@ import math
 import re
 from pathlib import Path
 
-from llmchat.core.conversation import STATUSES, ChatSettings, Conversation, Message
+from llmchat.core.conversation import MAX_SEED, MAX_STOP_STRINGS, STATUSES, ChatSettings, Conversation, Message
 from llmchat.core.store import metrics_from_json
 
 MAX_TOKEN_ID = 2**31 - 1  # the store keeps ids as int32
@@ -51,6 +51,14 @@ def _settings(raw: object) -> ChatSettings:
     _need(_number(s.top_p) and 0 < s.top_p <= 1, "settings.top_p", "a number in (0, 1]", s.top_p)
     _need(isinstance(s.max_tokens, int) and not isinstance(s.max_tokens, bool) and s.max_tokens > 0,
           "settings.max_tokens", "a positive integer", s.max_tokens)
+    s.top_k, s.seed, s.stop = raw.get("top_k", 0), raw.get("seed"), raw.get("stop", [])
+    _need(isinstance(s.top_k, int) and not isinstance(s.top_k, bool) and s.top_k >= 0,
+          "settings.top_k", "an integer >= 0", s.top_k)
+    _need(s.seed is None or isinstance(s.seed, int) and not isinstance(s.seed, bool) and 0 <= s.seed <= MAX_SEED,
+          "settings.seed", f"null or an integer from 0 to {MAX_SEED}", s.seed)
+    _need(isinstance(s.stop, list) and len(s.stop) <= MAX_STOP_STRINGS and all(isinstance(x, str) and x for x in s.stop),
+          "settings.stop", f"a list of at most {MAX_STOP_STRINGS} non-empty strings", s.stop)
+    s.stop = tuple(s.stop)
     return s
 
 
@@ -104,8 +112,9 @@ def conversation_from_json(text: str) -> Conversation:
     times = [raw.get(k, 0.0) for k in ("created_at", "updated_at")]
     for key, value in zip(("created_at", "updated_at"), times):
         _need(_number(value), key, "a number", value)
+    model_id = _optional_str(raw, "model_id", "export")
     return Conversation(0, title, False, float(times[0]), float(times[1]), _settings(raw.get("settings", {})),
-                        token_ids, messages)
+                        token_ids, messages, model_id)
 
 
 _SECTION = re.compile(r"^## (System|User|Assistant)$")

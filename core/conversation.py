@@ -9,7 +9,7 @@ generated ids. So a later edit, regenerate or fork at any message knows the pref
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llmchat.core.cache_explainer import CacheExplanation
 from llmchat.core.metrics import RequestMetrics
@@ -32,12 +32,19 @@ def title_from(text: str) -> str:
     return line if len(line) <= TITLE_MAX_CHARS else line[: TITLE_MAX_CHARS - 1].rstrip() + "…"
 
 
+MAX_STOP_STRINGS = 8  # a chat's stop strings: this many at most, each non-empty
+MAX_SEED = (1 << 63) - 1  # what a SQLite INTEGER holds
+
+
 @dataclass(slots=True)
 class ChatSettings:
     system_prompt: str | None = None  # None: the model's default system prompt
     temperature: float = 0.7
     top_p: float = 1.0
     max_tokens: int = 512
+    top_k: int = 0  # 0: off
+    seed: int | None = None  # None: a fresh random stream per reply
+    stop: tuple[str, ...] = ()  # the reply ends before the first of these (never shown)
 
 
 @dataclass(slots=True)
@@ -67,6 +74,7 @@ class Conversation:
     settings: ChatSettings = field(default_factory=ChatSettings)
     token_ids: list[int] = field(default_factory=list)  # everything fed to and produced by the model so far
     messages: list[Message] = field(default_factory=list)
+    model_id: str | None = None  # the model its token_ids are of (BackendInfo.model_id); None: not known yet
 
     # -- the title rule ---------------------------------------------------------------------
     def retitle(self) -> None:
@@ -132,9 +140,14 @@ class Conversation:
         messages = [Message(m.role, m.content, m.status, m.finish_reason, m.error, m.metrics, m.created_at, None,
                             m.token_span) for m in self.messages[: i + 1]]
         end = upto.token_span[1] if upto.token_span is not None else 0
-        s = self.settings
-        return Conversation(chat_id, f"{self.title} (fork)", False, settings=ChatSettings(
-            s.system_prompt, s.temperature, s.top_p, s.max_tokens), token_ids=self.token_ids[:end], messages=messages)
+        return Conversation(chat_id, f"{self.title} (fork)", False, settings=replace(self.settings),
+                            token_ids=self.token_ids[:end], messages=messages, model_id=self.model_id)
+
+    def forget_ids(self) -> None:
+        """Drop the ids (they are of another model): the next prompt is tokenized afresh from the messages."""
+        self.token_ids = []
+        for m in self.messages:
+            m.token_span = None
 
     def begin_reply(self, user: Message, reply: Message, prompt_ids: list[int]) -> None:
         """The engine took the turn's prompt: this chat's ids, then what the user's message added."""

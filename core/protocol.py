@@ -31,6 +31,7 @@ class BackendInfo:
     dtype: str
     kv_bytes_per_token: int | None  # None: the backend does not say
     load_seconds: float = 0.0
+    model_id: str | None = None  # which model (weights + config): a chat's token ids are of one; None: unknown
 
 
 class Handle(Protocol):

@@ -7,7 +7,9 @@ over, never touch widgets); a handle also remembers its Finished for wait().
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import logging
 import queue
 import threading
@@ -55,6 +57,12 @@ class RequestHandle:
         return self.result
 
 
+def model_identity(loaded) -> str:
+    """A short id of the model (its folder's name and config; not the dtype): what a chat's ids are of."""
+    config = json.dumps(loaded.config.to_hf_dict(), sort_keys=True)
+    return hashlib.blake2b(f"{loaded.folder.name}|{config}".encode(), digest_size=8).hexdigest()
+
+
 class EngineService:
     def __init__(self, engine: LLMEngine, sink: Sink | None = None, model_name: str | None = None) -> None:
         self.engine = engine
@@ -62,7 +70,7 @@ class EngineService:
         loaded, config = engine.loaded, engine.config
         self._info = BackendInfo(model_name or loaded.folder.name, engine.max_context, config.device,
                                  str(loaded.model.embed_tokens.weight.dtype).removeprefix("torch."), engine.kv_cache.bytes_per_token,
-                                 loaded.load_seconds)
+                                 loaded.load_seconds, model_identity(loaded))
         self._inbox: queue.Queue[tuple] = queue.Queue()
         self._ids = itertools.count(1)
         self._by_request: dict[int, RequestHandle] = {}  # engine request id -> handle (engine thread only)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from llmchat.core import chat_search
 from llmchat.core.conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
+from llmchat.core import store_extras
 from llmchat.core.metrics import RequestMetrics
 
 SCHEMA_VERSION = 2  # 2: messages.token_start/token_end (the span of the chat's ids a message added)
@@ -164,6 +165,7 @@ class ChatStore:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
+            store_extras.ensure_table(self._db)  # (beside the versioned schema: see core/store_extras.py)
             self._recover_interrupted()
             with self._tx() as db:
                 self.search_uses_fts = chat_search.ensure_index(db)  # False: a LIKE scan (no FTS5 here)
@@ -291,6 +293,7 @@ class ChatStore:
                  s.max_tokens, ids_to_blob([])),
             )
             chat_id = cur.lastrowid
+            store_extras.save_settings(db, chat_id, s)
         return self.load_chat(chat_id)
 
     def import_chat(self, record: Conversation) -> Conversation:
@@ -303,6 +306,8 @@ class ChatStore:
                 (record.title, int(record.title_auto), record.created_at, record.updated_at, s.system_prompt,
                  s.temperature, s.top_p, s.max_tokens, ids_to_blob(record.token_ids)),
             ).lastrowid
+            store_extras.save_settings(db, chat_id, s)
+            store_extras.save_model(db, chat_id, record.model_id)
             imported = Conversation(chat_id, record.title, record.title_auto, record.created_at, record.updated_at,
                                     s, record.token_ids, [])
             self.add_messages(imported, *record.messages)
@@ -326,7 +331,9 @@ class ChatStore:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE chat_id = ? ORDER BY message_id", (chat_id,)
             ).fetchall()
-        return _conversation(row, [_message(r) for r in rows])
+            conversation = _conversation(row, [_message(r) for r in rows])
+            conversation.model_id = store_extras.load(self._db, chat_id, conversation.settings)
+        return conversation
 
     def save_title(self, conversation: Conversation) -> None:
         """The chat's title as its record has it (Conversation.rename / retitle set it)."""
@@ -346,6 +353,12 @@ class ChatStore:
                 "UPDATE chats SET system_prompt = ?, temperature = ?, top_p = ?, max_tokens = ? WHERE chat_id = ?",
                 (s.system_prompt, s.temperature, s.top_p, s.max_tokens, chat_id),
             ), chat_id)
+            store_extras.save_settings(db, chat_id, s)
+
+    def save_model(self, chat_id: int, model_id: str | None) -> None:
+        """The model the chat's token ids are of (set when a turn runs on a model)."""
+        with self._tx() as db:
+            store_extras.save_model(db, chat_id, model_id)
 
     @staticmethod
     def _require(cur: sqlite3.Cursor, chat_id: int) -> None:
@@ -388,6 +401,8 @@ class ChatStore:
                 (c.title, int(c.title_auto), c.created_at, c.updated_at, s.system_prompt, s.temperature, s.top_p,
                  s.max_tokens, ids_to_blob(c.token_ids)),
             ).lastrowid
+            store_extras.save_settings(db, chat_id, s)
+            store_extras.save_model(db, chat_id, c.model_id)
             for m in c.messages:
                 self._insert_message(db, chat_id, m)
         return self.load_chat(chat_id)

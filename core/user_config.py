@@ -14,9 +14,14 @@ A flat TOML table; every key is optional:
     seed = 1
     theme = "textual-light"                         # the app's theme at start
 
+    [keys]                                          # key bindings: action = "key" (see `llmchat config`)
+    new_chat = "ctrl+t"
+
 A missing file is no error. A malformed one (bad TOML, an unknown key, a value of the wrong type or
 range) is described in ONE line naming the line and key (ConfigError), and the caller goes on with the
-built-in defaults: nothing of a bad file is half-applied. `LLMCHAT_CONFIG` names another file (tests).
+built-in defaults: nothing of a bad file is half-applied. The [keys] table is kept as written (KeyEntry, with
+its line): which actions and key names exist is the app's to check (tui/key_bindings.py), entry by entry, so a
+bad entry costs only that key. `LLMCHAT_CONFIG` names another file (tests).
 Stdlib only (tomllib); no torch, no Textual.
 """
 from __future__ import annotations
@@ -52,9 +57,20 @@ class UserConfig:
     max_tokens: int | None = None
     seed: int | None = None
     theme: str | None = None
+    keys: tuple["KeyEntry", ...] = ()  # the [keys] table, in file order
 
 
-KEYS = tuple(f.name for f in fields(UserConfig))
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    """One line of the [keys] table: an action's name and the key(s) the file gives it, unchecked."""
+
+    action: str
+    key: object
+    line: int | None
+
+
+KEYS = tuple(f.name for f in fields(UserConfig) if f.name != "keys")  # the flat settings
+KEYS_TABLE = "keys"
 
 # key -> (the TOML type it takes, a check of its value, what a valid value is)
 _FLOAT = (int, float)
@@ -93,6 +109,18 @@ def _line_of(text: str, key: str) -> int | None:
     return None
 
 
+def _line_in_table(text: str, table: str, key: str) -> int | None:
+    """The line of `key = ...` within `[table]`; None where the file writes it otherwise (inline, dotted)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(rf"^\s*\[\s*{re.escape(table)}\s*\]", line)), None)
+    if start is not None:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")), len(lines))
+        found = _line_of("\n".join(lines[start + 1:end]), key)
+        if found is not None:
+            return start + 1 + found
+    return None
+
+
 def _where(path: Path, text: str, key: str) -> str:
     line = _line_of(text, key)
     return f"{path}" + (f", line {line}" if line else "") + f": key {key!r}"
@@ -106,8 +134,15 @@ def parse_config(text: str, path: Path) -> UserConfig:
         raise ConfigError(f"{path}: not valid TOML: {e}; fix or remove the file") from None
     values = {}
     for key, value in raw.items():
+        if key == KEYS_TABLE:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{_where(path, text, key)} must be a table of action = \"key\" lines, "
+                                  f"not {value!r}")
+            values[key] = tuple(KeyEntry(a, k, _line_in_table(text, key, a)) for a, k in value.items())
+            continue
         if key not in _RULES:
-            raise ConfigError(f"{_where(path, text, key)} is unknown; the keys are {', '.join(KEYS)}")
+            raise ConfigError(f"{_where(path, text, key)} is unknown; the keys are {', '.join(KEYS)} "
+                              f"and a [{KEYS_TABLE}] table")
         types, check, wanted = _RULES[key]
         if isinstance(value, bool) and bool not in types or not isinstance(value, types) or not check(value):
             raise ConfigError(f"{_where(path, text, key)} must be {wanted}, not {value!r}")

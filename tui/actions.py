@@ -12,6 +12,7 @@ from textual.screen import Screen
 from llmchat.core.chat_import import ChatImportError, read_chat_file
 from llmchat.core.conversation import ChatSettings
 from llmchat.tui.config_command import chat_defaults
+from llmchat.tui.key_bindings import help_with_key
 from llmchat.tui.chat_ops import CHAT_OP_COMMANDS
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
@@ -31,7 +32,7 @@ COMMANDS = [
     ("stop", "Stop the reply", "stop the current chat's reply; the text so far is kept (Esc)"),
     ("rename", "Rename chat", "give the current chat a title (Ctrl+R)"),
     ("delete", "Delete chat", "delete the current chat, after a confirmation (Ctrl+D)"),
-    ("settings", "Chat settings", "system prompt, temperature, top-p, max tokens (Ctrl+O)"),
+    ("settings", "Chat settings", "system prompt, temperature, top-p, top-k, seed, stop strings, max tokens (Ctrl+O)"),
     ("export", "Export chat", "write the chat as Markdown and JSON under the data dir (Ctrl+S)"),
     ("import_chat", "Import chat", "add a chat from a file that Export or `llmchat export` wrote (JSON or Markdown)"),
     ("search_chats", "Search chats", "find messages in every chat; pick one to open its chat there (Ctrl+F)"),
@@ -40,6 +41,10 @@ COMMANDS = [
     ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
     ("toggle_drafts", "Mark accepted drafts", "show replies as plain text with the drafted tokens the model kept "
                                               "underlined (speculative decoding, --speculative) (F6)"),
+    ("switch_model", "Switch model", "unload this model and load another: the default, one used before, or one "
+                                     "in the cache dir"),
+    ("compose_in_editor", "Compose in editor", "edit the draft in $VISUAL/$EDITOR; it comes back to the input box "
+                                               "(Ctrl+E)"),
     ("switch(1)", "Next chat", "open the next chat in the list (Ctrl+Down)"),
     ("switch(-1)", "Previous chat", "open the previous chat in the list (Ctrl+Up)"),
 ]
@@ -185,6 +190,16 @@ class ChatActions(_Base):
         if not self.chat_screen.transcript.focus_message(hit.message_id):
             self.notify("That message is no longer in the chat", severity="warning")
 
+    def action_switch_model(self) -> None:
+        from llmchat.tui.model_switch import open_model_picker
+
+        open_model_picker(self)
+
+    def action_compose_in_editor(self) -> None:
+        from llmchat.tui.editor_compose import compose_in_editor
+
+        compose_in_editor(self)
+
     def action_toggle_theme(self) -> None:
         self.theme = THEMES[1] if self.theme == THEMES[0] else THEMES[0]
 
@@ -209,6 +224,7 @@ class ChatActions(_Base):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for key, title, help_text in COMMANDS + CHAT_OP_COMMANDS:
+            help_text = help_with_key(help_text, key, self._keymap)  # (a key moved by the config file)
             yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
         for s in self.ordered_sessions():
             yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.conversation.title)}", "switch to this chat",

@@ -25,7 +25,9 @@ from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
 from llmchat.tui.actions import THEMES, ChatActions
 from llmchat.tui.bridge import EngineBridge, default_engine_factory
 from llmchat.tui.config_command import chat_defaults, start_theme
+from llmchat.tui.key_bindings import apply_config_keys, with_ids
 from llmchat.tui.chat_ops import ChatOps
+from llmchat.tui.model_switch import remember_model
 from llmchat.tui.messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
     TurnFinished,
@@ -52,7 +54,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
-    BINDINGS = [
+    BINDINGS = with_ids([  # each with an id (its action's name): the config file's [keys] can move it
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("escape", "stop", "Stop reply"),
         Binding("ctrl+r", "rename", "Rename"),
@@ -75,18 +77,24 @@ class LlmChatApp(ChatOps, ChatActions, App):
         Binding("f8", "block_map", "Block map", show=False),
         Binding("f9", "explain_last", "Why this reuse", show=False),
         Binding("f1", "cache_help", "Cache facts & keys", show=False),
-    ]
+    ])
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
                  model: str | None = None, engine_config: "EngineConfig | None" = None,
                  user_config: "UserConfig | None" = None, config_problem: str | None = None) -> None:
         super().__init__()
         self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
+        self.model_factory = None  # --model path (None: the default) -> its engine factory; None: no switching
+        self.loaded_model = model  # the --model loaded (tui/model_switch.py)
+        self.switching_model = False
         if engine_factory is None:
             from llmchat.core.config import EngineConfig
 
             config = engine_config or EngineConfig()
-            engine_factory = default_engine_factory(config if model is None else replace(config, model=model))
+            self.model_factory = lambda m: default_engine_factory(replace(config, model=m))
+            self.loaded_model = model if model is not None else config.model
+            engine_factory = self.model_factory(self.loaded_model)
+            remember_model(self.store, self.loaded_model)  # (the picker lists recently used paths)
         self.bridge = EngineBridge(self, engine_factory)
         self.turns = TurnManager(self.store, self.bridge, self.post_message)
         self._next_frame = 0.0
@@ -107,6 +115,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
                                            self.store.get_setting("theme", THEMES[0]) or THEMES[0])
         self.config_problems = [p for p in (config_problem, theme_problem) if p]
         self.theme = theme
+        self.config_problems += apply_config_keys(self, user_config)  # a bad [keys] entry: its default stays
 
     # -- start ------------------------------------------------------------------------------
     async def on_mount(self) -> None:
@@ -140,6 +149,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         for session in self.ordered_sessions()[:NUM_CHATS_IN_KV_PANEL]:  # chats from an earlier run: where is their KV?
             self.bridge.remember(session.chat_id, list(session.conversation.token_ids))
         self.chat_screen.show_engine_ready(msg.info)
+        self.chat_screen.chat_list.show_loaded_model(msg.info.model_id)  # (marks the chats of another model)
         self.show_header()
         self.notify(f"{msg.info.model_name} ready ({msg.info.load_seconds:.1f} s)", timeout=3)
 
@@ -325,7 +335,8 @@ class LlmChatApp(ChatOps, ChatActions, App):
 
     def show_header(self) -> None:
         info = self.bridge.info
-        self.chat_screen.show_header(self.current, info.context_length if info else None)
+        self.chat_screen.show_header(self.current, info.context_length if info else None,
+                                     info.model_id if info else None)
 
     # -- quit -------------------------------------------------------------------------------
     async def action_quit(self) -> None:

@@ -93,13 +93,24 @@ class EngineBridge:
     # -- start (a thread worker) ------------------------------------------------------------
     def start(self) -> None:
         try:
-            service = self.factory(lambda line: self.app.post_message(EngineProgress(line)), self._sink)
+            self.load(self.factory)
         except Exception as e:  # a bad model file, offline on first start, out of memory...
             self.app.post_message(EngineFailed(one_line(e)))
-            return
+
+    def load(self, factory: EngineFactory) -> None:
+        """Build the backend (blocking; a worker thread) and post EngineReady; raises what the factory raised."""
+        service = factory(lambda line: self.app.post_message(EngineProgress(line)), self._sink)
+        self.factory = factory
         self.info = service.info()
         self.service = service
         self.app.post_message(EngineReady(self.info))
+
+    def unload(self) -> None:
+        """Blocking: shut the backend down (what is in flight is aborted) and let go of it: not ready until
+        the next load. One model at a time: the next one loads only after this one is gone."""
+        service, self.service, self.info = self.service, None, None
+        if service is not None:
+            service.shutdown()
 
     @property
     def ready(self) -> bool:

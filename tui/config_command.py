@@ -12,7 +12,7 @@ from dataclasses import replace
 from llmchat.core.conversation import ChatSettings
 from llmchat.core.user_config import KEYS, UserConfig, config_path, load_or_default, load_user_config
 
-# The built-in defaults of the sampling flags (`ask`; the app's new chats take temperature, top_p, max_tokens).
+# The built-in defaults of the sampling flags (`ask`; the app's new chats take them all: see chat_defaults).
 SAMPLING_DEFAULTS = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 512, "seed": None}
 _ENGINE_KEYS = ("model", "device", "kv_cache_gb", "kv_disk_gb")
 # How a default that is not one value reads (the engine picks it).
@@ -62,7 +62,7 @@ def chat_defaults(config: UserConfig | None, base: ChatSettings) -> ChatSettings
     """A new chat's settings: `base` (the current chat's), with the sampling defaults the file sets."""
     if config is None:
         return replace(base)
-    return replace(base, **{k: getattr(config, k) for k in ("temperature", "top_p", "max_tokens")
+    return replace(base, **{k: getattr(config, k) for k in ("temperature", "top_p", "max_tokens", "top_k", "seed")
                             if getattr(config, k) is not None})
 
 
@@ -89,10 +89,26 @@ def run_config(args: argparse.Namespace) -> int:
         default_text = _DEFAULT_TEXT.get(key) if source == "default" else None
         shown = _toml(value) if default_text is None else _toml(default_text).strip('"')
         print(f"  {key:12} = {shown:30} ({source})")
-    if problem:
-        print(f"llmchat: {problem}", file=sys.stderr)
+    key_problems = print_keys(config, path)
+    if problem or key_problems:
+        for line in [problem] if problem else key_problems:
+            print(f"llmchat: {line}", file=sys.stderr)
         return 2
     return 0
+
+
+def print_keys(config: UserConfig, path) -> list[str]:
+    """The key of each action as the app will have it ([keys] in the file, else the default); returns the
+    file's entries that were not taken (one line each)."""
+    from llmchat.tui.key_bindings import effective, keymap_from, default_keys, remappable_bindings
+
+    bindings = remappable_bindings()
+    keymap, problems = keymap_from(config.keys, path, {a: k for a, (k, _) in default_keys(bindings).items()})
+    print("keys (action = key; [keys] in the file moves one):")
+    for b in effective(bindings, keymap):
+        source = "file" if b.source == "file" else "default" if b.source == "default" else f"none: {b.source}"
+        print(f"  {b.action:17} = {_toml(b.keys) if b.keys else '(none)':30} ({source}) {b.description}")
+    return problems
 
 
 def _toml(value: object) -> str:

@@ -65,7 +65,8 @@ def chat_dict(record: Conversation) -> dict:
         "created_at": record.created_at,
         "updated_at": record.updated_at,
         "settings": {"system_prompt": s.system_prompt, "temperature": s.temperature, "top_p": s.top_p,
-                     "max_tokens": s.max_tokens},
+                     "max_tokens": s.max_tokens, "top_k": s.top_k, "seed": s.seed, "stop": list(s.stop)},
+        "model_id": record.model_id,
         "token_ids": record.token_ids,
         "messages": [
             {"role": m.role, "content": m.content, "status": m.status, "finish_reason": m.finish_reason,

@@ -74,6 +74,7 @@ class TurnManager:
 
     def _submit(self, session: ChatSession, user, reply) -> bool:
         chat = session.conversation
+        self._adopt_loaded_model(chat)
         session.turn = Turn(user, reply)
         session.banner = None
         session.turn.handle = self.bridge.submit(session.chat_id, chat, self.params_of(session))
@@ -81,12 +82,28 @@ class TurnManager:
         self.post(TurnStarted(session))
         return True
 
+    def _adopt_loaded_model(self, chat) -> None:
+        """The chat's ids become the loaded model's: a chat whose ids are of another model (a model switch) is
+        tokenized afresh from its text, and the chat is marked as of the loaded model from this turn on."""
+        model_id = self.bridge.info.model_id if self.bridge.info is not None else None
+        if model_id is None or chat.model_id == model_id:
+            return
+        try:
+            if chat.model_id is not None:
+                chat.forget_ids()
+                self.store.truncate(chat, [])
+            chat.model_id = model_id
+            self.store.save_model(chat.chat_id, model_id)
+        except sqlite3.Error as e:
+            self.post(SaveFailed(self.store.path, str(e)))
+
     @staticmethod
     def params_of(session: ChatSession):
         from llmchat.core.sampling import SamplingParams
 
         s = session.settings
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, top_k=s.top_k,
+                              seed=s.seed, stop=s.stop)
 
     # -- stop -------------------------------------------------------------------------------
     def cancel(self, session: ChatSession) -> bool:

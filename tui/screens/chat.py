@@ -9,6 +9,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
 from llmchat.core.protocol import BackendInfo
+from llmchat.tui.model_switch import of_another_model
+from llmchat.tui.sampling_fields import sampling_extras
 from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import Banner, ChatSession
 from llmchat.tui.widgets.chat_list import ChatList
@@ -76,13 +78,22 @@ class ChatScreen(Screen):
             Content(f"{safe_text(info.model_name)}\n{info.device} · context {info.context_length:,}")
         )
 
+    def show_engine_loading(self, line: str) -> None:
+        """Back to the loading state (a model switch): the progress bar and line, until ready or failed."""
+        self.query_one("#loading").display = True
+        self.query_one("#loading").remove_class("-error")
+        self.query_one(ProgressBar).display = True
+        self.show_progress(line)
+        self.query_one("#model-status", Static).update(Content("switching the model…"))
+
     def show_engine_failed(self, error: str) -> None:
         self.query_one("#loading").add_class("-error")
         self.query_one(ProgressBar).display = False
         self.show_progress(f"The model could not start: {error}. Your chats can still be read and exported.")
         self.query_one("#model-status", Static).update(Content("model failed to load"))
 
-    def show_header(self, session: ChatSession | None, max_context: int | None) -> None:
+    def show_header(self, session: ChatSession | None, max_context: int | None,
+                    loaded_model_id: str | None = None) -> None:
         if session is None:
             text = "no chat"
         else:
@@ -95,8 +106,12 @@ class ChatScreen(Screen):
                 num = history[-1].num_prompt_tokens + history[-1].num_output_tokens
             ctx = f"context {num:,}/{max_context:,}" if max_context else f"{num:,} tokens"
             system = "custom system" if s.system_prompt else "default system"
-            text = (f"#{session.chat_id} {safe_text(session.conversation.title)}\n"
+            other = (" · from another model: its next turn is tokenized afresh"
+                     if of_another_model(session, loaded_model_id) else "")
+            text = (f"#{session.chat_id} {safe_text(session.conversation.title)}{other}\n"
                     f"{ctx} · temp {s.temperature:g} · top-p {s.top_p:g} · max {s.max_tokens:,} · {system}")
+            extras = sampling_extras(s)  # (a third line, only when set)
+            text += "\n" + " · ".join(extras) if extras else ""
         self.query_one("#chat-header", Static).update(Content(text))
 
     def show_banner(self, banner: Banner | None) -> None:

@@ -9,6 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
 from llmchat.core.conversation import ChatSettings
+from llmchat.tui.sampling_fields import parse_seed, parse_stop_lines, parse_top_k, stop_lines
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -52,7 +53,7 @@ class TextPromptScreen(ModalScreen[str | None]):
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
-    """A chat's system prompt and sampling settings."""
+    """A chat's system prompt and sampling settings; a bad value is one line here and nothing changes."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+s", "save", "Save")]
 
@@ -77,6 +78,16 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 with Vertical():
                     yield Label(Content("Max tokens"))
                     yield Input(str(s.max_tokens), id="max_tokens", type="integer")
+            with Horizontal(classes="fields"):
+                with Vertical():
+                    yield Label(Content("Top-k (empty/0: off)"))
+                    yield Input(str(s.top_k) if s.top_k else "", id="top_k", type="integer")
+                with Vertical():
+                    yield Label(Content("Seed (empty: random)"))
+                    yield Input("" if s.seed is None else str(s.seed), id="seed", type="integer")
+                with Vertical(classes="-stop"):
+                    yield Label(Content("Stop (one per line; \\n = newline)"))
+                    yield TextArea(stop_lines(s.stop), id="stop", soft_wrap=False, compact=True)
             yield Static(id="settings-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Save (ctrl+s)", variant="primary", id="save")
@@ -112,4 +123,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         if max_tokens < 1:
             raise ValueError("max tokens must be at least 1")
         system = self.query_one("#system", TextArea).text.strip() or None
-        return ChatSettings(system, temperature, top_p, max_tokens)
+        top_k = parse_top_k(self.query_one("#top_k", Input).value)
+        seed = parse_seed(self.query_one("#seed", Input).value)
+        stop = parse_stop_lines(self.query_one("#stop", TextArea).text)
+        return ChatSettings(system, temperature, top_p, max_tokens, top_k, seed, stop)

@@ -7,6 +7,7 @@ from textual.widgets import Label, ListItem, ListView
 
 from llmchat.tui import format as fmt
 from llmchat.tui.sanitize import safe_text
+from llmchat.tui.model_switch import of_another_model
 from llmchat.tui.session import ChatSession
 
 
@@ -37,12 +38,21 @@ class ChatListItem(ListItem):
             return
         status = status_of(s)
         meta = f"#{s.chat_id} · {fmt.when(s.conversation.updated_at)}" + (f" · {status}" if status else "")
+        if of_another_model(s, getattr(self.parent, "loaded_model_id", None)):
+            meta += " · other model"
         labels[0].update(Content(safe_text(s.conversation.title)))
         labels[1].update(Content(meta))
 
 
 class ChatList(ListView):
     """Newest activity first. Enter or a click opens a chat (ListView.Selected)."""
+
+    loaded_model_id: str | None = None  # chats whose ids are of another model are marked
+
+    def show_loaded_model(self, model_id: str | None) -> None:
+        self.loaded_model_id = model_id
+        for item in self.query(ChatListItem):
+            item.refresh_from_session()
 
     def item_for(self, chat_id: int) -> ChatListItem | None:
         for item in self.query(ChatListItem):

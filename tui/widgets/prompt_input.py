@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from textual import events
+from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
@@ -17,6 +18,9 @@ _PLACEHOLDER = re.compile(r"\[paste #(\d+): [\d,]+ characters\]")
 
 
 class PromptInput(TextArea):
+    # (instead of TextArea's Ctrl+E, line end: End does that too); the config file's [keys] can move it
+    BINDINGS = [Binding("ctrl+e", "app.compose_in_editor", "Editor", show=False, id="compose_in_editor")]
+
     class Submitted(Message):
         def __init__(self, text: str) -> None:
             super().__init__()
