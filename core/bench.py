@@ -283,7 +283,7 @@ class Bench:
         self.results.add("switch", "chats=1-warm", "ttft", single, "ms")
 
     def speculative(self) -> None:
-        """Speculative decoding on vs off: a repeat-this-code turn and a plain turn (core/bench_speculative.py)."""
+        """Speculative decoding on vs off: repeat a text, repeat or edit code, a plain turn (core/bench_speculative.py)."""
         run_speculative(self)
 
     def restart(self) -> None:

@@ -1,11 +1,16 @@
-"""`llmchat bench speculative`: TPOT with speculative decoding on and off, on a workload where drafts
-exist (the model is asked to repeat a ~300-token piece of code it was given: prompt lookup finds it) and on
-a plain chat turn (drafts rarely match: adaptive k must keep it from costing).
+"""`llmchat bench speculative`: TPOT with speculative decoding on and off, on workloads where drafts exist
+(the model is asked to repeat or lightly edit a ~300-token text or piece of code it was given: prompt lookup
+finds it) and on a plain chat turn (drafts rarely match: adaptive k must keep it from costing).
 
-Variants `on`/`off` (repeat) and `plain-on`/`plain-off` (plain turn) run interleaved, each run on a fresh
-engine, so a machine shared with other work slows all of them alike; the table gives medians. Metrics:
-`tpot` (ms), and on the `on` variants `acceptance` (kept / drafted), `tokens_per_forward` and `identical`
-(1 when every `on` run gave the same greedy tokens as the `off` run beside it).
+Variant pairs (prefix + `on`/`off`), each run on a fresh engine, interleaved (who runs first alternates), so a
+machine shared with other work slows all of them alike; the table gives medians:
+- `on`/`off`: repeat a ~300-token prose text exactly;
+- `code-on`/`code-off`: repeat ~300 tokens of Python exactly (the default 135M model rewrites code as it goes,
+  so this is its hardest case);
+- `edit-on`/`edit-off`: rename a function in that code and show the whole code;
+- `plain-on`/`plain-off`: a plain chat question.
+Metrics: `tpot` (ms), and on the `on` variants `acceptance` (kept / drafted), `tokens_per_forward` and
+`identical` (1 when every `on` run gave the same greedy tokens as the `off` run beside it).
 """
 from __future__ import annotations
 
@@ -55,7 +60,20 @@ def moving_average(values, window):
         averages.append(total / window)
     return averages
 '''
-REPEAT_REQUEST = "Repeat the following code exactly, without any change:\n\n" + REPEAT_TEXT
+PROSE_TEXT = """The lighthouse stood at the end of the northern pier for more than a century. Its keeper, a quiet \
+man named Elias Brandt, climbed the one hundred and twelve steps every evening at dusk to light the great lamp. He \
+cleaned the lens each morning with a soft cloth and a bowl of warm water, and he wrote the weather in a leather \
+logbook: the wind, the height of the waves, the ships that passed. In winter the storms came from the west and the \
+spray reached the gallery rail. In summer the fishing boats left before dawn and came back heavy in the afternoon.
+
+When the harbour board replaced the lamp with an automatic light, Elias stayed on for another year, walking the pier \
+each evening out of habit, watching the beam turn without him. He mended nets for the fishermen, taught the \
+children of the harbour master to read the tide tables, and kept a small garden of herbs behind the storehouse. The \
+logbooks are kept today in the town museum, forty-one volumes in the same careful hand, and visitors still ask to \
+see the page for the night of the great storm, when the lamp burned until morning and every boat came home."""
+REPEAT_REQUEST = "Repeat the following text exactly, without any change:\n\n" + PROSE_TEXT
+CODE_REQUEST = "Repeat the following code exactly, without any change:\n\n" + REPEAT_TEXT
+EDIT_REQUEST = "Rename the function count_words to word_counts in this code and show the whole code:\n\n" + REPEAT_TEXT
 PLAIN_REQUEST = "Tell me about the history of tea."
 
 
@@ -63,11 +81,16 @@ def run_speculative(bench: "Bench") -> None:
     from llmchat.core.bench import run_all  # here: core/bench imports this module
 
     tokenizer = bench.loaded.tokenizer
+
+    def ids_of(request: str) -> list[int]:
+        return prompt_ids_for(tokenizer, [{"role": "user", "content": request}])
+
+    long = SamplingParams(temperature=0, max_tokens=4 * bench.size.decode_tokens)
     workloads = {  # variant prefix -> (prompt, greedy params)
-        "": (prompt_ids_for(tokenizer, [{"role": "user", "content": REPEAT_REQUEST}]),
-             SamplingParams(temperature=0, max_tokens=4 * bench.size.decode_tokens)),
-        "plain-": (prompt_ids_for(tokenizer, [{"role": "user", "content": PLAIN_REQUEST}]),
-                   SamplingParams(temperature=0, max_tokens=2 * bench.size.decode_tokens)),
+        "": (ids_of(REPEAT_REQUEST), long),
+        "code-": (ids_of(CODE_REQUEST), long),
+        "edit-": (ids_of(EDIT_REQUEST), long),
+        "plain-": (ids_of(PLAIN_REQUEST), SamplingParams(temperature=0, max_tokens=2 * bench.size.decode_tokens)),
     }
     spec_tokens = bench.spec_tokens
     tpot: dict[str, list[float]] = {}
@@ -97,4 +120,4 @@ def run_speculative(bench: "Bench") -> None:
             bench.results.add("speculative", variant, "identical", [float(identical[variant])], "bool")
     for prefix in workloads:
         ratio = median(tpot[prefix + "on"]) / median(tpot[prefix + "off"])
-        bench.log(f"speculative {prefix or 'repeat-'}on / {prefix or 'repeat-'}off TPOT: {ratio:.2f}x")
+        bench.log(f"speculative {prefix}on / {prefix}off TPOT: {ratio:.2f}x")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 MAX_SPECULATIVE_TOKENS = 16
-DEFAULT_SPECULATIVE_TOKENS = 4  # what --speculative drafts at most per step (speculation is off by default)
+DEFAULT_SPECULATIVE_TOKENS = 4  # what the app, ask and serve draft at most per step (EngineConfig's own default: off)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,9 +57,8 @@ def test_bench_speculative_names_its_variants_and_metrics(default_model_dir, tmp
     )
     assert result.returncode == 0, result.stderr
     rows = {(r["variant"], r["metric"]): r["value"] for r in map(json.loads, out.read_text().splitlines())}
-    for variant in ("on", "off", "plain-on", "plain-off"):
-        assert rows[(variant, "tpot")] > 0
-    for variant in ("on", "plain-on"):
-        assert 0 <= rows[(variant, "acceptance")] <= 1 and rows[(variant, "identical")] == 1
-    assert rows[("on", "acceptance")] > 0.5, "the model repeats the code it was given: most drafts are kept"
+    for prefix in ("", "code-", "edit-", "plain-"):
+        assert rows[(prefix + "on", "tpot")] > 0 and rows[(prefix + "off", "tpot")] > 0
+        assert 0 <= rows[(prefix + "on", "acceptance")] <= 1 and rows[(prefix + "on", "identical")] == 1
+    assert rows[("on", "acceptance")] > 0.5, "the model repeats the text it was given: most drafts are kept"
     assert ("off", "acceptance") not in rows

@@ -421,12 +421,14 @@ def test_speculation_off_by_config_and_bad_values_refused(tiny_model):
 
 
 @pytest.mark.parametrize("argv, num_tokens", [
-    ([], 0),  # off by default
+    ([], DEFAULT_SPECULATIVE_TOKENS),  # on by default
     (["--speculative"], DEFAULT_SPECULATIVE_TOKENS),
     (["--speculative", "--speculative-tokens", "6"], 6),
-    (["--speculative-tokens", "3"], 3),  # implies --speculative
-    (["--draft-model", "some/folder"], DEFAULT_SPECULATIVE_TOKENS),  # implies --speculative
+    (["--speculative-tokens", "3"], 3),
+    (["--draft-model", "some/folder"], DEFAULT_SPECULATIVE_TOKENS),
+    (["--no-speculative"], 0),
     (["--speculative", "--no-speculative"], 0),
+    (["--speculative-tokens", "5", "--no-speculative"], 0),
     (["--speculative-tokens", "0"], 0),
 ])
 def test_speculative_flags_give_the_engine_config(argv, num_tokens):

@@ -40,7 +40,7 @@ COMMANDS = [
     ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
     ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
     ("toggle_drafts", "Mark accepted drafts", "show replies as plain text with the drafted tokens the model kept "
-                                              "underlined (speculative decoding, --speculative) (F6)"),
+                                              "underlined (speculative decoding) (F6)"),
     ("switch_model", "Switch model", "unload this model and load another: the default, one used before, or one "
                                      "in the cache dir"),
     ("compose_in_editor", "Compose in editor", "edit the draft in $VISUAL/$EDITOR; it comes back to the input box "
@@ -219,7 +219,7 @@ class ChatActions(_Base):
         await self.chat_screen.transcript.show(self.current)
         if self.mark_drafts:
             self.notify("Replies as plain text; underlined: tokens drafted by speculative decoding and kept by the "
-                        "model (replies streamed in this run with --speculative). F6 again: Markdown.", timeout=6)
+                        "model (replies streamed in this run). F6 again: Markdown.", timeout=6)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

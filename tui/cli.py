@@ -43,15 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model_args.add_argument(
         "--speculative", action="store_true",
-        help="turn on speculative decoding (off by default): drafted tokens verified in one forward pass",
+        help="speculative decoding (on by default): drafted tokens verified in one forward pass",
     )
     model_args.add_argument(
-        "--draft-model", metavar="PATH", help="speculative decoding with this draft model (same vocabulary; implies "
-        "--speculative; default: prompt lookup, drafts copied from the chat itself)"
+        "--draft-model", metavar="PATH", help="speculative decoding with this draft model (same vocabulary; "
+        "default: prompt lookup, drafts copied from the chat itself)"
     )
     model_args.add_argument(
         "--speculative-tokens", type=int, default=None, metavar="N",
-        help="most tokens drafted per step (default 4, adapted per reply; implies --speculative; 0 = off)"
+        help="most tokens drafted per step (default 4, adapted per reply; 0 = off)"
     )
     model_args.add_argument("--no-speculative", action="store_true", help="turn off speculative decoding")
     model_args.add_argument(
@@ -150,8 +150,9 @@ def engine_config(args: argparse.Namespace, **overrides):
 
 
 def num_speculative_tokens(args: argparse.Namespace) -> int:
-    """The most tokens drafted per step that the flags ask for (0: off, the default). --speculative turns
-    speculative decoding on; --speculative-tokens N and --draft-model imply it; --no-speculative wins."""
+    """The most tokens drafted per step that the flags ask for (0: off). Speculative decoding is on by
+    default (a verify step costs about one plain step: kernels/linear.py, core/speculative.py);
+    --speculative-tokens N sets the most drafted; --no-speculative wins over every other flag."""
     from llmchat.core.config import DEFAULT_SPECULATIVE_TOKENS
 
     spec_tokens = getattr(args, "speculative_tokens", None)
@@ -159,9 +160,7 @@ def num_speculative_tokens(args: argparse.Namespace) -> int:
         return 0
     if spec_tokens is not None:
         return spec_tokens
-    if getattr(args, "speculative", False) or getattr(args, "draft_model", None):
-        return DEFAULT_SPECULATIVE_TOKENS
-    return 0
+    return DEFAULT_SPECULATIVE_TOKENS
 
 
 def kv_disk_bytes(args: argparse.Namespace) -> int:
