@@ -73,7 +73,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         Binding("f3", "fork_last", "Fork", show=False),
         Binding("f4", "undo_turn", "Undo turn", show=False),
         Binding("f5", "verify_cache", "Verify cache", show=False),
-        Binding("f6", "toggle_drafts", "Mark drafts", show=False, priority=True),  # over the input's select-line
+        Binding("f6", "toggle_drafts", "Mark drafts", show=False),
         Binding("f8", "block_map", "Block map", show=False),
         Binding("f9", "explain_last", "Why this reuse", show=False),
         Binding("f1", "cache_help", "Cache facts & keys", show=False),

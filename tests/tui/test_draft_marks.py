@@ -56,3 +56,19 @@ async def test_f6_underlines_the_words_the_backend_marked_as_kept_drafts(tmp_pat
         await wait_for(pilot, lambda: app.chat_screen.transcript.reply_view(second).query(Markdown))
         assert not app.chat_screen.transcript.query(".-drafts")
         assert all(isinstance(v, AssistantMessage) for v in app.chat_screen.transcript.query(AssistantMessage))
+
+
+async def test_the_mark_drafts_key_moves_with_the_config_file_in_the_input_box_too(tmp_path, monkeypatch):
+    from llmchat.core.user_config import load_or_default
+
+    path = tmp_path / "config.toml"
+    path.write_text('[keys]\ntoggle_drafts = "f12"\n')
+    monkeypatch.setenv("LLMCHAT_CONFIG", str(path))
+    app = LlmChatApp(tmp_path / "data", lambda progress, sink: FakeBackend(sink), user_config=load_or_default()[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.bridge.ready)
+        app.chat_screen.prompt.focus()
+        await press(pilot, "f6")  # the old key: the input box's select-line again
+        assert not app.mark_drafts
+        await press(pilot, "f12")
+        assert app.mark_drafts

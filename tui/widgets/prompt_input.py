@@ -19,7 +19,11 @@ _PLACEHOLDER = re.compile(r"\[paste #(\d+): [\d,]+ characters\]")
 
 class PromptInput(TextArea):
     # (instead of TextArea's Ctrl+E, line end: End does that too); the config file's [keys] can move it
-    BINDINGS = [Binding("ctrl+e", "app.compose_in_editor", "Editor", show=False, id="compose_in_editor")]
+    BINDINGS = [
+        Binding("ctrl+e", "app.compose_in_editor", "Editor", show=False, id="compose_in_editor"),
+        # the app's F6 here too, over the text area's select-line (and movable by [keys] like the app's)
+        Binding("f6", "app.toggle_drafts", "Mark drafts", show=False, id="toggle_drafts"),
+    ]
 
     class Submitted(Message):
         def __init__(self, text: str) -> None:
