@@ -259,7 +259,9 @@ class LlmChatApp(ChatOps, ChatActions, App):
         if session.chat_id == self.current_id:
             view = screen.transcript.reply_view(session.conversation.messages[-1])  # (its text: in finish())
             if view is not None:
-                await view.finish()
+                await self.guarded(view.finish())
+            if not self.ui_alive:  # the app closed during that await: its widgets are going
+                return
             screen.show_banner(session.banner)
             self.show_header()
             screen.panels.show_chat(session)
