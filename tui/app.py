@@ -105,6 +105,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         self.mark_drafts = False  # replies as plain text with kept speculative drafts underlined (F6)
         self._last_stats = None
         self._shut_down = False
+        self.exiting = False  # exit() was called (Ctrl+Q, or a test's run_test ending)
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
         self.cache_checks: dict = {}  # chat id -> its last CacheCheck (Verify cache)
         self.prefix_tiers: dict = {}  # chat id -> metrics.PrefixTiers (resident / disk only), where the backend tells
@@ -159,7 +160,11 @@ class LlmChatApp(ChatOps, ChatActions, App):
     @property
     def ui_alive(self) -> bool:
         """False once the app is closing: the widgets may be gone, events only update the store."""
-        return self.is_running and not self.turns.closing and self.chat_screen.is_attached
+        return self.is_running and not self.exiting and not self.turns.closing and self.chat_screen.is_attached
+
+    def exit(self, *args, **kwargs) -> None:
+        self.exiting = True  # from here on the screens come down: no more UI updates
+        super().exit(*args, **kwargs)
 
     async def guarded(self, awaitable) -> None:
         """Await a UI update that may meet widgets already gone because the app is closing meanwhile."""
