@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from llmchat.core.conversation import MAX_SEED, MAX_STOP_STRINGS, STATUSES, ChatSettings, Conversation, Message
-from llmchat.core.store import metrics_from_json
+from llmchat.core.store_rows import metrics_from_json
 
 MAX_TOKEN_ID = 2**31 - 1  # the store keeps ids as int32
 

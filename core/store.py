@@ -1,4 +1,4 @@
-"""Chats on disk: SQLite (stdlib sqlite3, WAL) under the user data dir; rows <-> dataclasses here only.
+"""Chats on disk: SQLite (stdlib sqlite3, WAL) under the user data dir; rows <-> dataclasses through core/store_rows.py.
 
 One file, `chats.sqlite3`, holds every chat: its settings, its messages with per-turn metrics, and the
 exact token ids the model saw and produced (so a restarted app continues with the same ids and the
@@ -10,23 +10,21 @@ searchable across chats (core/chat_search.py: an FTS5 index kept in step by trig
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import sqlite3
-import sys
 import threading
 import time
-from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmchat.core import chat_search
 from llmchat.core.conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
 from llmchat.core import store_extras
-from llmchat.core.metrics import RequestMetrics
+from llmchat.core.store_rows import (
+    conversation_from_row, ids_to_blob, message_from_row, metrics_to_json, span_columns,
+)
 
 SCHEMA_VERSION = 2  # 2: messages.token_start/token_end (the span of the chat's ids a message added)
 DB_NAME = "chats.sqlite3"
@@ -83,62 +81,6 @@ class ChatSummary:
     title: str
     updated_at: float
     num_messages: int
-
-
-# -- rows <-> values --------------------------------------------------------------------------
-def ids_to_blob(token_ids: list[int]) -> bytes:
-    a = array("i", token_ids)
-    assert a.itemsize == 4
-    if sys.byteorder == "big":
-        a.byteswap()
-    return a.tobytes()
-
-
-def blob_to_ids(blob: bytes) -> list[int]:
-    a = array("i")
-    a.frombytes(blob)
-    if sys.byteorder == "big":
-        a.byteswap()
-    return a.tolist()
-
-
-def metrics_to_json(m: RequestMetrics | None) -> str | None:
-    if m is None:
-        return None
-    values = {f.name: getattr(m, f.name) for f in fields(m)}
-    return json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()})
-
-
-def metrics_from_json(text: str | None) -> RequestMetrics | None:
-    if not text:
-        return None
-    raw = json.loads(text)
-    kwargs = {}
-    for f in fields(RequestMetrics):
-        if f.name in raw:
-            v = raw[f.name]
-            kwargs[f.name] = float("nan") if v is None else v
-    return RequestMetrics(**kwargs)
-
-
-def _message(row: sqlite3.Row) -> Message:
-    span = (row["token_start"], row["token_end"]) if row["token_start"] is not None else None
-    return Message(
-        row["role"], row["content"], row["status"], row["finish_reason"], row["error"],
-        metrics_from_json(row["metrics"]), row["created_at"], row["message_id"], span,
-    )
-
-
-def _conversation(row: sqlite3.Row, messages: list[Message]) -> Conversation:
-    settings = ChatSettings(row["system_prompt"], row["temperature"], row["top_p"], row["max_tokens"])
-    return Conversation(
-        row["chat_id"], row["title"], bool(row["title_auto"]), row["created_at"], row["updated_at"],
-        settings, blob_to_ids(row["token_ids"]), messages,
-    )
-
-
-def _span(m: Message) -> tuple[int | None, int | None]:
-    return m.token_span if m.token_span is not None else (None, None)
 
 
 class ChatStore:
@@ -331,7 +273,7 @@ class ChatStore:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE chat_id = ? ORDER BY message_id", (chat_id,)
             ).fetchall()
-            conversation = _conversation(row, [_message(r) for r in rows])
+            conversation = conversation_from_row(row, [message_from_row(r) for r in rows])
             conversation.model_id = store_extras.load(self._db, chat_id, conversation.settings)
         return conversation
 
@@ -414,14 +356,14 @@ class ChatStore:
             "INSERT INTO messages (chat_id, role, content, status, created_at, finish_reason, error, metrics,"
             " token_start, token_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (chat_id, m.role, m.content, m.status, m.created_at, m.finish_reason, m.error,
-             metrics_to_json(m.metrics), *_span(m)),
+             metrics_to_json(m.metrics), *span_columns(m)),
         ).lastrowid
 
     def save_progress(self, conversation: Conversation, reply: Message) -> None:
         """A reply so far and the chat's ids so far (prompt + output), together: a crash keeps both."""
         with self._tx() as db:
             db.execute("UPDATE messages SET content = ?, token_start = ?, token_end = ? WHERE message_id = ?",
-                       (reply.content, *_span(reply), reply.message_id))
+                       (reply.content, *span_columns(reply), reply.message_id))
             db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
                        (ids_to_blob(conversation.token_ids), conversation.chat_id))
 
@@ -430,12 +372,12 @@ class ChatStore:
         assert reply.message_id is not None and reply.status in STATUSES
         with self._tx() as db:
             db.execute("UPDATE messages SET token_start = ?, token_end = ? WHERE message_id = ?",
-                       (*_span(user), user.message_id))
+                       (*span_columns(user), user.message_id))
             db.execute(
                 "UPDATE messages SET content = ?, status = ?, finish_reason = ?, error = ?, metrics = ?,"
                 " token_start = ?, token_end = ? WHERE message_id = ?",
                 (reply.content, reply.status, reply.finish_reason, reply.error, metrics_to_json(reply.metrics),
-                 *_span(reply), reply.message_id),
+                 *span_columns(reply), reply.message_id),
             )
             db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
                        (ids_to_blob(conversation.token_ids), conversation.chat_id))

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from llmchat.core.conversation import DEFAULT_TITLE, TITLE_MAX_CHARS, ChatSettings, Message, title_from
 from llmchat.core.metrics import RequestMetrics
-from llmchat.core.store import ChatStore, DataDirInUse, blob_to_ids, ids_to_blob, metrics_from_json, metrics_to_json
+from llmchat.core.store import ChatStore, DataDirInUse
+from llmchat.core.store_rows import blob_to_ids, ids_to_blob, metrics_from_json, metrics_to_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
