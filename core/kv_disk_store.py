@@ -8,46 +8,30 @@
   restarts). A block shared by many chats has one chain hash, hence one file.
 - Counters (hits, corrupt, writes, evictions, dropped) are kept per process and added to `stats.json`
   under a file lock, so `llmchat cache` can report them across runs.
-- The folder is 0700 and the files 0600: KV is derived from the user's chats.
+- The folder's layout, scanning, clearing and the lifetime counters: core/kv_disk_folder.py (0700/0600: KV
+  is derived from the user's chats).
 """
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
 import os
 import queue
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from llmchat.core.kv_disk_folder import (
+    TEMP_SUFFIX, DiskCounters, FolderEntry, add_lifetime_counters, entry_path, make_private_dir,
+    read_lifetime_counters, scan,
+)
 from llmchat.core.kv_disk_format import BadEntry, BlockKey, BlockLayout, decode_entry, encode_header
 
 log = logging.getLogger(__name__)
 
-ENTRY_SUFFIX = ".kvb"
-TEMP_SUFFIX = ".tmp"
-STATS_FILE = "stats.json"
 MAX_PENDING_BYTES = 512 << 20  # writes queued beyond this are dropped (counted), never allowed to stall decoding
-
-
-@dataclass(slots=True)
-class DiskCounters:
-    num_hits: int = 0  # blocks read, verified and used
-    num_corrupt: int = 0  # entries that failed verification (removed, recomputed)
-    num_writes: int = 0
-    num_evictions: int = 0
-    num_dropped: int = 0  # writes skipped because the writer fell behind
-    num_temp_cleaned: int = 0  # leftover temp files removed at start
-
-    def minus(self, other: "DiskCounters") -> "DiskCounters":
-        return DiskCounters(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
-
-    def plus(self, other: "DiskCounters") -> "DiskCounters":
-        return DiskCounters(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,91 +44,6 @@ class DiskTierStats:
     budget_bytes: int
     session: DiskCounters  # this process
     lifetime: DiskCounters  # every process, as recorded in stats.json (plus this one's unsaved part)
-
-
-@dataclass(slots=True)
-class _Entry:
-    num_bytes: int
-    last_used: float
-
-
-def entry_path(root: Path, block_hash: bytes) -> Path:
-    name = block_hash.hex()
-    return root / name[:2] / (name + ENTRY_SUFFIX)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # a temp file of our own pid at start is from an earlier process that had it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def scan(root: Path, clean_temp: bool) -> tuple[dict[bytes, _Entry], int]:
-    """The entries under root (hash -> size, last use) and how many dead temp files were removed."""
-    index: dict[bytes, _Entry] = {}
-    cleaned = 0
-    if not root.is_dir():
-        return index, cleaned
-    for sub in os.scandir(root):
-        if not sub.is_dir(follow_symlinks=False) or len(sub.name) != 2:
-            continue
-        for f in os.scandir(sub.path):
-            name = f.name
-            if name.endswith(TEMP_SUFFIX):
-                parts = name.split(".")
-                pid = int(parts[1]) if len(parts) == 4 and parts[1].isdigit() else -1
-                if clean_temp and not _pid_alive(pid):
-                    Path(f.path).unlink(missing_ok=True)
-                    cleaned += 1
-                continue
-            if not name.endswith(ENTRY_SUFFIX):
-                continue
-            try:
-                block_hash = bytes.fromhex(name[: -len(ENTRY_SUFFIX)])
-                st = f.stat(follow_symlinks=False)
-            except (ValueError, FileNotFoundError):
-                continue
-            index[block_hash] = _Entry(st.st_size, st.st_mtime)
-    return index, cleaned
-
-
-def read_lifetime_counters(root: Path) -> DiskCounters:
-    try:
-        raw = json.loads((root / STATS_FILE).read_text())
-        return DiskCounters(**{f.name: int(raw.get(f.name, 0)) for f in fields(DiskCounters)})
-    except (OSError, ValueError, TypeError, AttributeError):
-        return DiskCounters()
-
-
-def add_lifetime_counters(root: Path, delta: DiskCounters | None) -> None:
-    """Add delta to stats.json (None: reset it), under an exclusive lock on root/lock."""
-    with open(root / "lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        total = DiskCounters() if delta is None else read_lifetime_counters(root).plus(delta)
-        tmp = root / f"{STATS_FILE}.{os.getpid()}.part"
-        tmp.write_text(json.dumps(asdict(total)))
-        os.replace(tmp, root / STATS_FILE)
-
-
-def clear_store(root: Path) -> tuple[int, int]:
-    """Remove every entry (and dead temp files); (entries removed, bytes freed). Counters are reset."""
-    index, _ = scan(root, clean_temp=True)
-    for block_hash in index:
-        entry_path(root, block_hash).unlink(missing_ok=True)
-    if root.is_dir():
-        add_lifetime_counters(root, None)
-    return len(index), sum(e.num_bytes for e in index.values())
-
-
-def make_private_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
 
 
 class KVDiskStore:
@@ -183,7 +82,7 @@ class KVDiskStore:
             return False
         with self._lock:
             if block_hash not in self._index:
-                self._index[block_hash] = _Entry(st.st_size, st.st_mtime)
+                self._index[block_hash] = FolderEntry(st.st_size, st.st_mtime)
                 self._num_bytes += st.st_size
         return True
 
@@ -303,7 +202,7 @@ class KVDiskStore:
         with self._lock:
             old = self._index.get(key.block_hash)
             self._num_bytes += size - (old.num_bytes if old else 0)
-            self._index[key.block_hash] = _Entry(size, time.time())
+            self._index[key.block_hash] = FolderEntry(size, time.time())
             self.counters.num_writes += 1
 
     def _evict_over_budget(self) -> None:

@@ -215,7 +215,7 @@ def test_disk_miss_after_a_restart(tiny_model, tmp_path):
 
 
 def test_disk_corrupt_entry(tiny_model, tmp_path):
-    from llmchat.core.kv_disk_store import entry_path
+    from llmchat.core.kv_disk_folder import entry_path
 
     engine = disk_engine(tiny_model, tmp_path / "kv")
     chat = new_chat()

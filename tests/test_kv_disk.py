@@ -21,7 +21,8 @@ from llmchat.core.config import EngineConfig
 from llmchat.core.engine import LLMEngine
 from llmchat.core.events import Finished
 from llmchat.core.kv_disk_format import BadEntry, BlockKey, BlockLayout, decode_entry, encode_header
-from llmchat.core.kv_disk_store import KVDiskStore, entry_path, scan
+from llmchat.core.kv_disk_folder import entry_path, scan
+from llmchat.core.kv_disk_store import KVDiskStore
 from llmchat.core.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)

@@ -8,7 +8,7 @@ from llmchat.tui.format import nbytes
 
 def run_cache(args: argparse.Namespace) -> int:
     from llmchat.core.kv_disk import default_kv_disk_dir
-    from llmchat.core.kv_disk_store import clear_store, read_lifetime_counters, scan
+    from llmchat.core.kv_disk_folder import clear_store, read_lifetime_counters, scan
 
     root = default_kv_disk_dir()
     if args.clear:
