@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from textual.content import Content
 
+from llmchat.tui.format import cut_for_display
 from llmchat.tui.sanitize import safe_text
 
 DRAFT_STYLE = "underline bold $success"
-MAX_MARKED_CHARS = 20_000  # the same cut as the Markdown view (the whole text is kept)
 
 
 def marked_reply(text: str, draft_spans: list[tuple[int, int]]) -> Content:
-    limit = min(len(text), MAX_MARKED_CHARS)
+    head, note = cut_for_display(text)  # the same cut as the Markdown view
+    limit = len(head)
     parts: list[str | tuple[str, str]] = []
     pos = 0
     for start, end in draft_spans:
@@ -23,14 +24,12 @@ def marked_reply(text: str, draft_spans: list[tuple[int, int]]) -> Content:
             parts.append(safe_text(text[pos:start]))
         parts.append((safe_text(text[start:end]), DRAFT_STYLE))
         pos = end
-    parts.append(safe_text(text[pos:limit]))
-    if len(text) > limit:
-        parts.append(f"\n… ({len(text) - limit:,} more characters not shown)")
+    parts.append(safe_text(text[pos:limit]) + note)
     return Content.assemble(*parts)
 
 
 def drafted_share(text: str, draft_spans: list[tuple[int, int]]) -> str:
-    """"38% of this reply's characters came from kept drafts" (empty when there were none)."""
+    """The footer line "underlined: drafted and kept, 38% of the text" (empty when no draft was kept)."""
     num_drafted = sum(min(end, len(text)) - start for start, end in draft_spans if start < len(text))
     if not text or not num_drafted:
         return ""

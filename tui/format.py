@@ -12,6 +12,14 @@ if TYPE_CHECKING:  # (kv_disk_store imports torch; the UI must paint before torc
     from llmchat.core.kv_disk_store import DiskTierStats
 
 DASH = "—"
+MAX_SHOWN_CHARS = 20_000  # longer messages are shown cut (the whole text is kept, sent and exported)
+
+
+def cut_for_display(text: str) -> tuple[str, str]:
+    """(the part of a message that is shown, a note on the rest: "" when all of it is shown)."""
+    if len(text) <= MAX_SHOWN_CHARS:
+        return text, ""
+    return text[:MAX_SHOWN_CHARS], f"\n… ({len(text) - MAX_SHOWN_CHARS:,} more characters not shown)"
 
 
 def _missing(x: float | None) -> bool:

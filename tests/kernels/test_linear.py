@@ -5,6 +5,24 @@ import torch
 from llmchat.kernels.linear import can_prepack, linear, linear_ref, prepack_linear_weight
 
 
+NUM_ROWS = (1, 2, 3, 4, 5, 7, 8, 9, 33, 130)  # a decode row, batches of chats, verify steps, prefill chunks
+
+
+def packed_outputs(weight: torch.Tensor, bias: torch.Tensor | None, why_not: str):
+    """(x, linear(x) through the packed weight) for fresh random x of every row count the engine feeds; the
+    packed path keeps no plain weight. Skips the test where `weight` is not packed on this machine."""
+    if not can_prepack(weight):
+        pytest.skip(why_not)
+    packed = prepack_linear_weight(weight)
+    assert packed is not None
+    out_features, in_features = weight.shape
+    for num_rows in NUM_ROWS:
+        x = torch.randn(num_rows, in_features)
+        got = linear(x, None, bias, packed)
+        assert got.dtype == torch.float32 and got.shape == (num_rows, out_features)
+        yield x, got
+
+
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(96, 64), (200, 48), (64, 130)])
 def test_packed_bf16_linear_matches_reference(shape, bias):
@@ -12,15 +30,8 @@ def test_packed_bf16_linear_matches_reference(shape, bias):
     operands, up to the bf16 rounding of its output."""
     out_features, in_features = shape
     weight = torch.randn(out_features, in_features).bfloat16()
-    if not can_prepack(weight):
-        pytest.skip("no native bf16 matmul on this CPU (AMX / AVX-512 BF16)")
     b = torch.randn(out_features) if bias else None
-    packed = prepack_linear_weight(weight)
-    assert packed is not None
-    for num_rows in (1, 2, 3, 4, 7, 8, 9, 33, 130):
-        x = torch.randn(num_rows, in_features)
-        got = linear(x, None, b, packed)
-        assert got.dtype == torch.float32 and got.shape == (num_rows, out_features)
+    for x, got in packed_outputs(weight, b, "no native bf16 matmul on this CPU (AMX / AVX-512 BF16)"):
         xb = x.bfloat16().double()  # the operands the kernel sees
         product = linear_ref(xb, weight.double())  # rounded to bf16 by the kernel, before the bias is added
         expected = product + (0 if b is None else b.double())
@@ -32,21 +43,13 @@ def test_packed_bf16_linear_matches_reference(shape, bias):
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("shape", [(96, 64), (200, 48), (64, 130), (40, 1536)])
 def test_packed_fp32_linear_matches_reference(shape, bias, monkeypatch):
-    """fp32 weights keep only the oneDNN-packed copy: every batch size the engine feeds (one decode row, a
-    batch of chats, a verify step's drafted rows, a prefill chunk) equals the fp64 product within fp32's
-    summation error."""
+    """fp32 weights keep only the oneDNN-packed copy: every batch size the engine feeds equals the fp64
+    product within fp32's summation error."""
     monkeypatch.delenv("LLMCHAT_FP32_LINEAR", raising=False)
     out_features, in_features = shape
     weight = torch.randn(out_features, in_features)
-    if not can_prepack(weight):
-        pytest.skip("this torch has no oneDNN linear")
     b = torch.randn(out_features) if bias else None
-    packed = prepack_linear_weight(weight)
-    assert packed is not None
-    for num_rows in (1, 2, 3, 4, 5, 8, 9, 33, 130):
-        x = torch.randn(num_rows, in_features)
-        got = linear(x, None, b, packed)
-        assert got.dtype == torch.float32 and got.shape == (num_rows, out_features)
+    for x, got in packed_outputs(weight, b, "this torch has no oneDNN linear"):
         expected = linear_ref(x.double(), weight.double(), None if b is None else b.double())
         magnitude = x.double().abs() @ weight.double().abs().T + (0 if b is None else b.double().abs())
         bound = (in_features + 2) * 2**-24 * magnitude + 1e-30

@@ -27,6 +27,8 @@ def test_marked_reply_styles_exactly_the_spans_and_keeps_offsets_through_sanitis
     assert "\x1b" not in content.plain and content.plain.endswith("fgh")
     assert underlined(marked_reply("short", [(3, 99)])) == ["rt"]  # a span past the end is clipped
     assert underlined(marked_reply("plain", [])) == []
+    long = marked_reply("x" * 25_000, [(19_990, 20_010)])  # cut where the Markdown view cuts
+    assert underlined(long) == ["x" * 10] and long.plain.endswith("\n… (5,000 more characters not shown)")
 
 
 async def test_f6_underlines_the_words_the_backend_marked_as_kept_drafts(tmp_path):

@@ -16,7 +16,6 @@ from llmchat.tui.sanitize import safe_text
 from llmchat.tui.session import ChatSession
 from llmchat.tui.widgets.code_fence import ReplyMarkdown
 
-MAX_SHOWN_CHARS = 20_000  # longer messages are shown cut (the whole text is kept, sent and exported)
 
 WELCOME = (
     "Type a message below and press Enter. Ctrl+J adds a new line; Esc stops a reply.\n"
@@ -26,9 +25,8 @@ WELCOME = (
 
 
 def shown(text: str) -> str:
-    if len(text) <= MAX_SHOWN_CHARS:
-        return safe_text(text)
-    return safe_text(text[:MAX_SHOWN_CHARS]) + f"\n… ({len(text) - MAX_SHOWN_CHARS:,} more characters not shown)"
+    head, note = fmt.cut_for_display(text)
+    return safe_text(head) + note
 
 
 class MessageView(Vertical, can_focus=True):
@@ -118,7 +116,7 @@ class AssistantMessage(MessageView):
             return
         new, self.num_chars_shown = text[self.num_chars_shown :], len(text)
         found.first().reply_text = text  # (what a code block's copy reads)
-        if len(found.first().source) < MAX_SHOWN_CHARS:
+        if len(found.first().source) < fmt.MAX_SHOWN_CHARS:
             await found.first().append(safe_text(new))
 
     def set_live(self, live: str) -> None:
