@@ -70,7 +70,8 @@ async def quit_app(pilot) -> None:
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 _VOLATILE = [  # figures that depend on the machine's speed or the clock, not on what the app does
-    (re.compile(r"\d[\d,.]*\s?(ms|s|tok/s|GB/s)\b"), r"‹n› \1"),
+    (re.compile(r"\d[\d,.]*\s?(ms|s)\b(?!/)"), "‹time›"),  # 412 ms or 1.04 s: the unit follows the speed too
+    (re.compile(r"\d[\d,.]*\s?(tok/s|GB/s)\b"), r"‹n› \1"),
     (re.compile(r"\b\d\d:\d\d\b"), "‹hh:mm›"),
     (re.compile(r"[▁▂▃▄▅▆▇█]{2,}"), "‹sparkline›"),
     (re.compile(r"\b[0-9a-f]{16}\b"), "‹model›"),
