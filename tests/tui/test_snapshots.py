@@ -38,7 +38,7 @@ async def test_streamed_reply_with_panels(make_app):
         m = app.current.conversation.messages[-1].metrics
         assert m.num_output_tokens == 24 and m.num_cached_tokens == 0
         assert f"reused 0 of {m.num_prompt_tokens} prompt tokens" in text
-        assert re.search(r"TTFT \d+(\.\d)? ms · queue \+ prefill", text)
+        assert re.search(r"TTFT \d+(\.\d+)? (ms|s) · queue \+ prefill", text)  # format.seconds: ms below 1 s
         assert re.search(r"TPOT \d+\.\d ms · one decode step", text)
         assert re.search(r"decode \d+(\.\d)? tok/s · reads \d+(\.\d)? GB/s", text)
         assert "24 tokens · reused 0 of" in text  # the line under the reply
