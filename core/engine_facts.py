@@ -1,8 +1,9 @@
 """The seed's misconceptions, answered with this engine's live numbers (the misconceptions screen formats
 them): decode reads bytes (achieved GB/s vs the machine's copy bandwidth), prefill computes (achieved
-FLOP/s), the cache holds K and V only (bytes per token with and without GQA), batching raises throughput
-(tokens/s and step time per batch size), per-token cost grows with context (step time at the shortest and
-longest context seen), and the context the KV budget can hold vs the model's advertised one.
+FLOP/s), the cache holds K and V only (bytes per token with and without GQA), speculative decoding (on or
+off, recent acceptance), batching raises throughput (tokens/s and step time per batch size), per-token cost
+grows with context (step time at the shortest and longest context seen), and the context the KV budget can
+hold vs the model's advertised one.
 
 Taken on the engine thread (EngineService.facts) from the engine's recent-steps window (core/metrics.py).
 """
@@ -47,6 +48,7 @@ class EngineFacts:
     context: tuple[ContextPoint, ...]  # single-sequence steps: medians of the shortest and the longest third
     advertised_context: int
     kv_capacity_tokens: int  # what the KV budget holds, all chats together
+    speculative_tokens: int = 0  # most tokens drafted per sequence and step; 0: speculative decoding is off
 
     @property
     def prefill_flop_s(self) -> float:
@@ -98,5 +100,5 @@ def facts_of(engine, copy_gb_s: float | None) -> EngineFacts:
         engine.stats(), copy_gb_s, engine.weight_bytes, flops_per_token(cfg), window.prefill_rate(),
         cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, element_size,
         kv.bytes_per_token, cfg.kv_bytes_per_token(element_size) * cfg.num_attention_heads // cfg.num_key_value_heads,
-        batch, context, engine.max_context, kv.num_blocks * kv.block_size,
+        batch, context, engine.max_context, kv.num_blocks * kv.block_size, engine.speculator.max_k,
     )

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 
 import torch
 from tui_helpers import SIZE, capture, one_turn, press, screen_text, wait_for
 
 from llmchat.core.conversation import ChatSettings
 from llmchat.tui.screens.block_map import BlockMapScreen
+from llmchat.tui.screens.misconceptions import facts_text
 
 SYSTEM = "You are a meticulous assistant for a team of engineers. " * 6
 SETTINGS = ChatSettings(SYSTEM, 0.7, 1.0, 12)  # sampled: the check itself runs greedily, twice
@@ -113,6 +115,11 @@ async def test_misconceptions_screen_shows_live_numbers(make_app):
         assert facts.prefill_tokens_per_s > 0 and re.search(r"prefill does \d+(\.\d)? [GT]FLOP/s", text)
         assert facts.batch and facts.batch[0].batch_size == 1 and "1 chat  decoding" in text
         assert "advertises 1,024 tokens; this KV budget holds 8,192 tokens" in text
-        assert "Ctrl+G  regenerate" in text
+        assert "Ctrl+G  regenerate" in text and "F6      mark accepted drafts" in text
+        assert facts.speculative_tokens == 0 and "Off in this session (--no-speculative)" in text
+        on = replace(facts, speculative_tokens=4)
+        assert "No drafts verified lately" in facts_text(on, None)
+        drafting = replace(on, stats=replace(facts.stats, spec_acceptance_rate=0.75, spec_tokens_per_step=2.5))
+        assert "Recently: 75% of drafts kept, 2.50 tokens per chat per decode step" in facts_text(drafting, None)
         capture(app, "misconceptions")
         await press(pilot, "escape")

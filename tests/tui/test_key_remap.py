@@ -11,6 +11,7 @@ from llmchat.core.user_config import KeyEntry, load_or_default
 from llmchat.tui import cli
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.key_bindings import key_problem, keymap_from, normalized
+from llmchat.tui.screens.misconceptions import keys_text, keys_under
 
 CONFIG = """\
 theme = "textual-dark"
@@ -114,6 +115,15 @@ def test_the_palette_help_names_the_moved_key():
     assert help_with_key("edit (F2, or e on a message)", "edit_last", keymap) == "edit (f12, or e on a message)"
     assert help_with_key("open the previous chat (Ctrl+Up)", "switch(-1)", keymap) == "open the previous chat (alt+k)"
     assert help_with_key("rename (Ctrl+R)", "rename", keymap) == "rename (Ctrl+R)"
+
+
+def test_the_cache_help_screen_names_the_keys_the_actions_have_now():
+    text = keys_text(keys_under({"regenerate": "ctrl+k", "block_map": "f2", "toggle_drafts": "ctrl+shift+d"}))
+    assert "  Ctrl+K  regenerate the last reply" in text
+    assert "  F2      the block map" in text
+    assert "  —       (or e) edit a message and resend" in text  # its F2 went to the block map: palette only
+    assert "  Ctrl+Shift+D mark accepted drafts" in text
+    assert "  F1      this screen" in keys_text(keys_under({}))
 
 
 async def test_the_input_boxs_editor_key_moves_too(tmp_path, monkeypatch, engine_factory):

@@ -17,14 +17,43 @@ from llmchat.tui import format as fmt
 
 FACTS_INTERVAL_S = 2.0
 
-KEYS = """Cache operations (also in the command palette, Ctrl+P)
-  Ctrl+G  regenerate the last reply: its prompt is the very same ids, every full block is a hit
-  F2 / e  edit a message and resend: the chat is cut there (ids before it kept), the old branch becomes a fork
-  F3 / f  fork the chat at a message into a new chat that shares its blocks
-  F4      undo the last turn (its message returns to the input box)
-  F9 / w  why the last reply reused what it did (the line under each reply says it in short)
-  F5      verify cache: re-run the last turn greedily with and without the prefix cache, compare the tokens
-  F8      the block map · F1 this screen · (e, f, w act on the message that has focus: Tab or click it)"""
+# (binding id, what the key does): the keys shown are the ones each action has now (the config file's
+# [keys] may move them, tui/key_bindings.py)
+CACHE_KEYS = (
+    ("regenerate", "regenerate the last reply: its prompt is the very same ids, every full block is a hit"),
+    ("edit_last", "(or e) edit a message and resend: the chat is cut there (ids before it kept), the old branch "
+                  "becomes a fork"),
+    ("fork_last", "(or f) fork the chat at a message into a new chat that shares its blocks"),
+    ("undo_turn", "undo the last turn (its message returns to the input box)"),
+    ("explain_last", "(or w) why the last reply reused what it did (the line under each reply says it in short)"),
+    ("verify_cache", "verify cache: re-run the last turn greedily with and without the prefix cache, compare "
+                     "the tokens"),
+    ("toggle_drafts", "mark accepted drafts: underline the text that speculative decoding drafted and the model "
+                      "kept"),
+    ("block_map", "the block map"),
+    ("cache_help", "this screen"),
+)
+
+
+def key_label(keys: str) -> str:
+    """The first of a binding's keys as the screen names it: "ctrl+g,x" -> "Ctrl+G"; "" -> "—" (palette only)."""
+    first = keys.split(",")[0]
+    return "+".join(part[:1].upper() + part[1:] for part in first.split("+")) if first else fmt.DASH
+
+
+def keys_text(keys_of: dict[str, str]) -> str:
+    """The cache operations and their keys; `keys_of`: binding id -> the keys it has now."""
+    lines = ["", "Cache operations (also in the command palette, Ctrl+P)"]
+    lines += [f"  {key_label(keys_of.get(action, '')):<7} {text}" for action, text in CACHE_KEYS]
+    lines.append("  (e, f, w act on the message that has focus: Tab or click it)")
+    return "\n".join(lines)
+
+
+def keys_under(keymap: dict[str, str]) -> dict[str, str]:
+    """binding id -> the keys it answers to under the app's keymap (the config file's [keys])."""
+    from llmchat.tui.key_bindings import effective, remappable_bindings
+
+    return {b.action: b.keys for b in effective(remappable_bindings(), keymap)}
 
 
 def gb(x: float | None) -> str:
@@ -56,7 +85,8 @@ def facts_text(f: EngineFacts, check_line: str | None) -> str:
         "4. FlashAttention-style kernels are exact: they move fewer bytes, they do not approximate.",
         "   So is reuse: Verify cache (F5) re-runs a turn with the cache off and compares every token.",
         f"   {check_line or 'No check run in this chat yet.'}",
-        "5. Speculative decoding keeps the output distribution (greedy output identical): not in this build.",
+        "5. Speculative decoding keeps the output distribution (greedy output identical).",
+        f"   {speculative_line(f)}",
         "6. Bigger batches raise throughput until per-token latency and KV memory set the limit.",
     ]
     if f.batch:
@@ -82,6 +112,19 @@ def facts_text(f: EngineFacts, check_line: str | None) -> str:
     return "\n".join(lines)
 
 
+def speculative_line(f: EngineFacts) -> str:
+    s = f.stats
+    if not f.speculative_tokens:
+        return "Off in this session (--no-speculative): every token costs one forward."
+    on = (f"On: up to {f.speculative_tokens} tokens drafted per step (prompt lookup or a draft model), checked "
+          "by the model in one forward; only the tokens it would have picked are kept.")
+    if s.spec_acceptance_rate != s.spec_acceptance_rate:  # NaN: nothing drafted lately
+        return on + "\n   No drafts verified lately: a reply that repeats its prompt drafts the most."
+    return (on + f"\n   Recently: {fmt.percent(s.spec_acceptance_rate)} of drafts kept, "
+            f"{s.spec_tokens_per_step:.2f} tokens per chat per decode step "
+            "(mark accepted drafts, below, underlines them).")
+
+
 class MisconceptionsScreen(Screen):
     BINDINGS = [Binding("escape,q,f1", "app.pop_screen", "Close")]
 
@@ -95,7 +138,7 @@ class MisconceptionsScreen(Screen):
             yield Static(Content("What the cache and the engine really do — with this machine's numbers"),
                          classes="dialog-title")
             yield Static(Content("asking the engine…"), id="facts")
-            yield Static(Content(KEYS), id="cache-keys")
+            yield Static(Content(keys_text(keys_under(dict(self.app._keymap)))), id="cache-keys")
         yield Footer()
 
     async def on_mount(self) -> None:
