@@ -3,7 +3,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from pathlib import Path
+
+# `python -m pytest` puts the working directory first on sys.path. From the checkout's root that makes its
+# folders importable by their bare names, and `kernels/` then shadows Hugging Face's `kernels` package, which
+# transformers (5.25 on) imports: the tests that compare with transformers fail to import it. The tests use
+# llmchat as installed (`llmchat.kernels`), so the root leaves the path; `pytest -q` never adds it.
+_CHECKOUT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != _CHECKOUT]
 
 # Triton reads TRITON_INTERPRET once, at its first import (transformers and torch._dynamo import it too):
 # without a GPU, its kernels can only run under the interpreter, so set it before anything imports triton.
