@@ -231,7 +231,8 @@ class LLMEngine:
         if len(decoding) == len(batch.seqs):
             self.window.add_spec_step(spec.num_drafted, spec.num_accepted, num_decode, len(decoding))
         kv_read = sum(s.num_computed_tokens for s in batch.seqs) * self.kv_cache.bytes_per_token
-        return StepStats(batch.num_tokens - num_decode, num_decode, seconds, self.weight_bytes + kv_read)
+        return StepStats(batch.num_tokens - num_decode, num_decode, seconds, self.weight_bytes + kv_read,
+                         len(decoding))
 
     # -- stats ------------------------------------------------------------------------------
     def stats(self) -> EngineStats:

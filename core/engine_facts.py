@@ -13,15 +13,20 @@ import statistics
 from dataclasses import dataclass
 
 from llmchat.core.config import ModelConfig
-from llmchat.core.metrics import EngineStats
+from llmchat.core.metrics import EngineStats, StepStats
 
 
 @dataclass(frozen=True, slots=True)
 class BatchPoint:
     batch_size: int  # sequences decoded together in one step
     num_steps: int
-    step_seconds: float  # median: every sequence in the batch waits this long per token (TPOT)
-    tokens_per_s: float  # batch_size / step_seconds: the aggregate
+    step_seconds: float  # median step time
+    tokens_per_s: float  # the aggregate: tokens emitted / seconds, over these steps
+
+    @property
+    def tpot(self) -> float:
+        """Seconds per token for each sequence: the step time, less where kept drafts add tokens to a step."""
+        return self.batch_size / self.tokens_per_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +86,15 @@ def facts_of(engine, copy_gb_s: float | None) -> EngineFacts:
     kv = engine.kv_cache
     element_size = kv.bytes_per_token // cfg.kv_bytes_per_token(1)
     window = engine.window
-    by_size: dict[int, list[float]] = {}
+    by_size: dict[int, list[StepStats]] = {}  # by sequences decoded (kept drafts make more tokens than that)
     single: list[ContextPoint] = []
     for s in window.decode_steps:
-        by_size.setdefault(s.num_decode_tokens, []).append(s.seconds)
-        if s.num_decode_tokens == 1:
+        by_size.setdefault(s.num_decode_seqs, []).append(s)
+        if s.num_decode_seqs == 1:
             single.append(ContextPoint((s.bytes_read - engine.weight_bytes) // kv.bytes_per_token, s.seconds))
-    batch = tuple(BatchPoint(n, len(t), statistics.median(t), n / statistics.median(t))
-                  for n, t in sorted(by_size.items()))
+    batch = tuple(BatchPoint(n, len(steps), statistics.median(s.seconds for s in steps),
+                             sum(s.num_decode_tokens for s in steps) / sum(s.seconds for s in steps))
+                  for n, steps in sorted(by_size.items()))
     context: tuple[ContextPoint, ...] = ()
     single.sort(key=lambda p: p.context_tokens)
     third = len(single) // 3

@@ -98,9 +98,10 @@ class StepStats:
     """One engine step: what it computed and how long it took."""
 
     num_prefill_tokens: int
-    num_decode_tokens: int
+    num_decode_tokens: int  # tokens the decoding sequences emitted (with speculative decoding, kept drafts too)
     seconds: float
     bytes_read: int  # weights + KV read by the step (estimate), for achieved bandwidth
+    num_decode_seqs: int = 0  # sequences that decoded (each emitted one token, or more with kept drafts)
 
 
 @dataclass(frozen=True, slots=True)

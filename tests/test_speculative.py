@@ -16,6 +16,7 @@ from llmchat.core.config import DEFAULT_SPECULATIVE_TOKENS, EngineConfig
 from llmchat.core.dense import DenseKV, generate_dense
 from llmchat.core.draft import NgramIndex
 from llmchat.core.engine import LLMEngine
+from llmchat.core.engine_facts import facts_of
 from llmchat.core.events import Finished, TextDelta
 from llmchat.core.loader import LoadedModel
 from llmchat.core.model import build_model
@@ -252,6 +253,22 @@ def test_draft_model_keeps_greedy_output_and_a_copy_of_the_target_is_always_righ
     for r in copy:  # the draft is the target itself: every drafted token is kept
         assert r.metrics.num_draft_tokens > 0 and r.metrics.acceptance_rate == 1.0
         assert r.metrics.tokens_per_forward > 2
+
+
+def test_engine_facts_count_a_chat_with_kept_drafts_as_one_chat_decoding(tiny_model):
+    """The F1 screen's batch points group steps by sequences decoded, not tokens: one chat whose drafts are
+    all kept is one chat decoding several tokens per step (it was shown as '3 chats decoding')."""
+    engine = LLMEngine(tiny_model, EngineConfig(num_speculative_tokens=4), draft=tiny_model)
+    [result] = run(engine, [(prompts_for(tiny_model.tokenizer)[0], LONG)])
+    assert result.metrics.tokens_per_forward > 2
+    facts = facts_of(engine, None)
+    assert [p.batch_size for p in facts.batch] == [1] and facts.speculative_tokens == 4
+    [point] = facts.batch
+    steps = list(engine.window.decode_steps)
+    assert point.num_steps == len(steps) and all(s.num_decode_seqs == 1 for s in steps)
+    assert point.tokens_per_s == pytest.approx(sum(s.num_decode_tokens for s in steps) / sum(s.seconds for s in steps))
+    assert sum(s.num_decode_tokens for s in steps) > 2 * len(steps)  # kept drafts: several tokens per step
+    assert point.tpot == pytest.approx(1 / point.tokens_per_s)  # one chat: its TPOT is the aggregate's inverse
 
 
 def test_draft_model_with_another_vocabulary_is_refused(tiny_model, tiny_draft):

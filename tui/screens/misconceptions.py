@@ -92,14 +92,14 @@ def facts_text(f: EngineFacts, check_line: str | None) -> str:
     if f.batch:
         for p in f.batch:
             lines.append(f"   {p.batch_size} chat{'s' if p.batch_size > 1 else ' '} decoding: "
-                         f"{fmt.rate(p.tokens_per_s, 'tok/s')} in all, TPOT {fmt.ms(p.step_seconds)} each "
+                         f"{fmt.rate(p.tokens_per_s, 'tok/s')} in all, TPOT {fmt.ms(p.tpot)} each "
                          f"({p.num_steps} recent steps)")
     else:
         lines.append("   (no decode steps yet: start a reply or two)")
     lines.append("7. Each token costs more as the context grows: every step reads the whole context's K/V.")
     if len(f.context) == 2:
         lo, hi = f.context
-        lines.append(f"   TPOT {fmt.ms(lo.step_seconds)} at {lo.context_tokens:,} tokens of context, "
+        lines.append(f"   A decode step takes {fmt.ms(lo.step_seconds)} at {lo.context_tokens:,} tokens of context, "
                      f"{fmt.ms(hi.step_seconds)} at {hi.context_tokens:,} (medians of recent single-chat steps)")
     else:
         lines.append("   (needs single-chat decode steps at two different context lengths)")
