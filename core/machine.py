@@ -60,7 +60,9 @@ def copy_bandwidth_gb_s(cache_dir: Path, device: str = "cpu", measure: bool = Tr
         return float(known[key])
     if not measure:
         return None
-    gb_s = measure_copy_gb_s(device=device)
+    from llmchat.core.passing_thread import run_in_passing_thread
+
+    gb_s = run_in_passing_thread(lambda: measure_copy_gb_s(device=device))  # (the caller's thread may stay alive)
     known = known if isinstance(known, dict) else {}
     known[key] = gb_s
     try:

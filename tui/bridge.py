@@ -47,10 +47,17 @@ def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactor
         from llmchat.core.loader import load_model_for
         from llmchat.core.service import EngineService
 
+        from llmchat.core.passing_thread import run_in_passing_thread
+
         cfg = config or EngineConfig(max_num_seqs=DEFAULT_MAX_NUM_SEQS)
-        loaded = load_model_for(cfg, progress=progress)
-        progress("starting the engine (allocating the KV cache)")
-        return EngineService(LLMEngine(loaded, cfg), sink, model_label(cfg.model))
+
+        def build() -> LLMEngine:
+            loaded = load_model_for(cfg, progress=progress)
+            progress("starting the engine (allocating the KV cache)")
+            return LLMEngine(loaded, cfg)
+
+        # (in a thread that ends: the worker thread that calls this stays alive, see core/passing_thread.py)
+        return EngineService(run_in_passing_thread(build), sink, model_label(cfg.model))
 
     return factory
 

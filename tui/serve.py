@@ -52,9 +52,12 @@ def run_serve(args: argparse.Namespace) -> int:
     from llmchat.tui.bridge import model_label
     from llmchat.tui.cli import engine_config
 
+    from llmchat.core.passing_thread import run_in_passing_thread
+
     config = engine_config(args, max_num_seqs=args.max_num_seqs)
-    loaded = load_model_for(config, progress=say)
-    served = ServedEngine(LLMEngine(loaded, config), args.served_model_name or model_label(config.model))
+    # (not in this thread, which stays alive serving: see core/passing_thread.py)
+    engine = run_in_passing_thread(lambda: LLMEngine(load_model_for(config, progress=say), config))
+    served = ServedEngine(engine, args.served_model_name or model_label(config.model))
     server = OpenAIServer(served, api_key=args.api_key, max_pending=args.max_pending)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
