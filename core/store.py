@@ -225,35 +225,15 @@ class ChatStore:
 
     # -- chats ------------------------------------------------------------------------------
     def create_chat(self, settings: ChatSettings | None = None, title: str | None = None) -> Conversation:
-        s = settings or ChatSettings()
         t = time.time()
         with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
-                " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (title or DEFAULT_TITLE, int(title is None), t, t, s.system_prompt, s.temperature, s.top_p,
-                 s.max_tokens, ids_to_blob([])),
-            )
-            chat_id = cur.lastrowid
-            store_extras.save_settings(db, chat_id, s)
+            chat_id = self._insert_chat(db, Conversation(0, title or DEFAULT_TITLE, title is None, t, t,
+                                                         settings or ChatSettings()))
         return self.load_chat(chat_id)
 
     def import_chat(self, record: Conversation) -> Conversation:
         """A whole chat from elsewhere (an export): its settings, ids and messages, in one transaction."""
-        s = record.settings
-        with self._tx() as db:
-            chat_id = db.execute(
-                "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
-                " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.title, int(record.title_auto), record.created_at, record.updated_at, s.system_prompt,
-                 s.temperature, s.top_p, s.max_tokens, ids_to_blob(record.token_ids)),
-            ).lastrowid
-            store_extras.save_settings(db, chat_id, s)
-            store_extras.save_model(db, chat_id, record.model_id)
-            imported = Conversation(chat_id, record.title, record.title_auto, record.created_at, record.updated_at,
-                                    s, record.token_ids, [])
-            self.add_messages(imported, *record.messages)
-        return self.load_chat(chat_id)
+        return self.add_chat(record)
 
     def list_chats(self) -> list[ChatSummary]:
         """Every chat, most recently active first."""
@@ -334,20 +314,26 @@ class ChatStore:
             self._save_header(db, conversation)
 
     def add_chat(self, conversation: Conversation) -> Conversation:
-        """Store a whole conversation (a fork) as a new chat, in one transaction; returns it as stored."""
-        c, s = conversation, conversation.settings
+        """Store a whole conversation (a fork or an import) as a new chat, in one transaction; returns it as stored."""
         with self._tx() as db:
-            chat_id = db.execute(
-                "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
-                " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (c.title, int(c.title_auto), c.created_at, c.updated_at, s.system_prompt, s.temperature, s.top_p,
-                 s.max_tokens, ids_to_blob(c.token_ids)),
-            ).lastrowid
-            store_extras.save_settings(db, chat_id, s)
-            store_extras.save_model(db, chat_id, c.model_id)
-            for m in c.messages:
+            chat_id = self._insert_chat(db, conversation)
+            for m in conversation.messages:
                 self._insert_message(db, chat_id, m)
         return self.load_chat(chat_id)
+
+    @staticmethod
+    def _insert_chat(db: sqlite3.Connection, c: Conversation) -> int:
+        """The chats row of `c` (its title, times, settings, ids) and its extras; returns the new chat id."""
+        s = c.settings
+        chat_id = db.execute(
+            "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
+            " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (c.title, int(c.title_auto), c.created_at, c.updated_at, s.system_prompt, s.temperature, s.top_p,
+             s.max_tokens, ids_to_blob(c.token_ids)),
+        ).lastrowid
+        store_extras.save_settings(db, chat_id, s)
+        store_extras.save_model(db, chat_id, c.model_id)
+        return chat_id
 
     @staticmethod
     def _insert_message(db: sqlite3.Connection, chat_id: int, m: Message) -> int:
