@@ -178,7 +178,7 @@ class ChatActions(_Base):
 
         if self.screen is not self.chat_screen:  # (not over a dialog, nor over itself)
             return
-        screen = SearchScreen(self.store, getattr(self, "last_search_text", ""))
+        screen = SearchScreen(self.store, self.last_search_text)
         self.push_screen(screen, lambda hit: self.open_search_hit(hit, screen.last_text))
 
     async def open_search_hit(self, hit, text: str) -> None:

@@ -103,6 +103,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         self.current_id: int | None = None
         self.drafts: dict[int, str] = {}
         self.mark_drafts = False  # replies as plain text with kept speculative drafts underlined (F6)
+        self.last_search_text = ""  # what the search screen (Ctrl+F) had when it closed: it opens with it again
         self._last_stats = None
         self._shut_down = False
         self.exiting = False  # exit() was called (Ctrl+Q, or a test's run_test ending)

@@ -45,9 +45,8 @@ def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactor
         from llmchat.core.config import EngineConfig
         from llmchat.core.engine import LLMEngine
         from llmchat.core.loader import load_model_for
-        from llmchat.core.service import EngineService
-
         from llmchat.core.passing_thread import run_in_passing_thread
+        from llmchat.core.service import EngineService
 
         cfg = config or EngineConfig(max_num_seqs=DEFAULT_MAX_NUM_SEQS)
 

@@ -100,12 +100,11 @@ def run_config(args: argparse.Namespace) -> int:
 def print_keys(config: UserConfig, path) -> list[str]:
     """The key of each action as the app will have it ([keys] in the file, else the default); returns the
     file's entries that were not taken (one line each)."""
-    from llmchat.tui.key_bindings import effective, keymap_from, default_keys, remappable_bindings
+    from llmchat.tui.key_bindings import app_keymap, effective, remappable_bindings
 
-    bindings = remappable_bindings()
-    keymap, problems = keymap_from(config.keys, path, {a: k for a, (k, _) in default_keys(bindings).items()})
+    keymap, problems = app_keymap(config.keys, path)
     print("keys (action = key; [keys] in the file moves one):")
-    for b in effective(bindings, keymap):
+    for b in effective(remappable_bindings(), keymap):
         source = "file" if b.source == "file" else "default" if b.source == "default" else f"none: {b.source}"
         print(f"  {b.action:17} = {_toml(b.keys) if b.keys else '(none)':30} ({source}) {b.description}")
     return problems

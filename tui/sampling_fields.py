@@ -20,7 +20,7 @@ def parse_top_k(raw: str) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"top-k must be a whole number >= 0 (0 or empty: off), got {raw!r}") from None
+        value = -1
     if value < 0:
         raise ValueError(f"top-k must be a whole number >= 0 (0 or empty: off), got {raw!r}")
     return value
