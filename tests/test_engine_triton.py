@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from llmchat.core.config import EngineConfig
-from llmchat.core.engine import LLMEngine
-from llmchat.core.events import Finished
-from llmchat.core.sampling import SamplingParams
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.api.events import Finished
+from llmchat.core.model.sampling import SamplingParams
 from llmchat.kernels.triton_support import HAS_TRITON
 
 pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")

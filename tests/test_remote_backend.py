@@ -10,14 +10,14 @@ import time
 import openai
 import pytest
 
-from llmchat.core.conversation import Conversation
-from llmchat.core.events import Finished, Started, TextDelta
-from llmchat.core.remote_backend import RemoteBackend, RemoteError
-from llmchat.core.remote_stats import parse_server_metrics
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.sequence import FinishReason
-from llmchat.core.serve_metrics import ServeMetrics
-from llmchat.core.metrics import EngineStats
+from llmchat.core.chats.conversation import Conversation
+from llmchat.core.api.events import Finished, Started, TextDelta
+from llmchat.core.backends.remote import RemoteBackend, RemoteError
+from llmchat.core.backends.remote_stats import parse_server_metrics
+from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.engine.sequence import FinishReason
+from llmchat.core.serve.metrics import ServeMetrics
+from llmchat.core.api.metrics import EngineStats
 
 from serve_helpers import Server, llmchat_exe
 

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmchat.core.sampling import MAX_TOKENS_LIMIT, SamplingParams, filtered_probs, sample
+from llmchat.core.model.sampling import MAX_TOKENS_LIMIT, SamplingParams, filtered_probs, sample
 
 BAD_PARAMS = [
     ({"temperature": float("nan")}, "temperature must be a finite number"),
@@ -97,7 +97,7 @@ def test_cli_temperature_nan_is_one_line_exit_2_before_loading(tmp_path) -> None
         if needle is None:
             SamplingParams(temperature=float(value))
             continue
-        result = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", flag, value, "--model",
+        result = subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", "ask", "hi", flag, value, "--model",
                                  str(tmp_path / "never-read.gguf")],
                                 capture_output=True, text=True, timeout=120, env={**os.environ, **env_cache})
         assert result.returncode == 2, result.stderr
