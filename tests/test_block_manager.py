@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from llmchat.core.engine import block_manager as bm_module
 from llmchat.core.engine.block_manager import BlockManager, hash_block
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 from llmchat.core.engine.sequence import Sequence
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=16)

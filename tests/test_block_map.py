@@ -9,7 +9,7 @@ from llmchat.core.inspect.block_map import block_map_of
 from llmchat.core.config import EngineConfig
 from llmchat.core.engine.engine import LLMEngine
 from llmchat.core.api.metrics import PrefixTiers
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 from llmchat.core.engine.sequence import Sequence
 from llmchat.core.backends.service import EngineService
 

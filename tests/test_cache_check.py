@@ -10,7 +10,7 @@ from llmchat.core.config import EngineConfig
 from llmchat.core.engine.engine import LLMEngine
 from llmchat.core.model.loader import load_model
 from llmchat.core.text.prompt import prompt_ids_for
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 from llmchat.core.backends.service import EngineService
 
 SYSTEM = "You are a meticulous assistant for a team of engineers. " * 4

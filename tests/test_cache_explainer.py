@@ -15,7 +15,7 @@ from llmchat.core.api.events import Finished
 from llmchat.core.model.loader import LoadedModel
 from llmchat.core.model.model import build_model
 from llmchat.core.text.prompt import prompt_ids_for
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 
 BS = 16
 PARAMS = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

@@ -13,7 +13,7 @@ from llmchat.core.engine.engine import LLMEngine
 from llmchat.core.api.events import Finished, Started, TextDelta
 from llmchat.core.model.loader import load_model
 from llmchat.core.text.prompt import prompt_ids_for
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 from llmchat.core.engine.sequence import FinishReason
 from llmchat.core.backends.service import EngineService, RequestHandle
 

@@ -7,7 +7,7 @@ import torch
 from llmchat.core.config import EngineConfig
 from llmchat.core.engine.engine import LLMEngine
 from llmchat.core.api.events import Finished
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 from llmchat.kernels.triton_support import HAS_TRITON
 
 pytestmark = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")

@@ -7,7 +7,7 @@ from llmchat.core.config import EngineConfig
 from llmchat.core.model.dense import generate_dense
 from llmchat.core.engine.engine import LLMEngine
 from llmchat.core.api.events import Finished
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 

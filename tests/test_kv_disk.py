@@ -23,7 +23,7 @@ from llmchat.core.api.events import Finished
 from llmchat.core.kvdisk.entry import BadEntry, BlockKey, BlockLayout, decode_entry, encode_header
 from llmchat.core.kvdisk.folder import entry_path, scan
 from llmchat.core.kvdisk.store import KVDiskStore
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
 SYSTEM = "You are a careful assistant. " * 12

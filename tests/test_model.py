@@ -10,7 +10,7 @@ import torch
 
 from llmchat.core.model.dense import DenseKV, generate_dense
 from llmchat.core.model.loader import load_model
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",

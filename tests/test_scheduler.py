@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from llmchat.core.engine.block_manager import BlockManager
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 from llmchat.core.engine.scheduler import ScheduledBatch, Scheduler
 from llmchat.core.engine.sequence import FinishReason, Sequence, SequenceStatus
 

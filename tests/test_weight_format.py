@@ -17,7 +17,7 @@ import torch
 
 from llmchat.core.model.dense import DenseKV, generate_dense
 from llmchat.core.model.loader import load_model
-from llmchat.core.model.sampling import SamplingParams
+from llmchat.core.api.params import SamplingParams
 from llmchat.kernels.linear import cpu_has_native_bf16
 
 GATE_TEXT = Path(__file__).parent / "data" / "gate_text.txt"

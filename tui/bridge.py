@@ -8,7 +8,6 @@ four chats streaming at once cost the UI one drain per frame, not one message pe
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from ..core.api.protocol import Backend, BackendInfo, Handle, Sink
+from ..core.config import model_label
 from .messages import (EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported,
                                   ResidentBlocks)
 
@@ -24,12 +24,11 @@ if TYPE_CHECKING:  # the engine loads lazily, in a worker thread
     from ..core.chats.conversation import Conversation
     from ..core.api.events import EngineEvent
     from ..core.api.metrics import EngineStats
-    from ..core.model.sampling import SamplingParams
+    from ..core.api.params import SamplingParams
 
 EngineFactory = Callable[[Callable[[str], None], Sink], Backend]
 
 DEFAULT_MAX_NUM_SEQS = 8
-DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 
 
 @dataclass(slots=True)
@@ -71,14 +70,6 @@ def remote_engine_factory(url: str, api_key: str | None = None, model: str | Non
         return RemoteBackend(url, sink, api_key=api_key, model=model)
 
     return factory
-
-
-def model_label(model: str | None) -> str:
-    """The name to show for --model (a .gguf file or a model folder), or the default model's."""
-    if model is None:
-        return DEFAULT_MODEL_LABEL
-    path = Path(model)
-    return path.stem if path.suffix.lower() == ".gguf" else path.name
 
 
 def one_line(error: BaseException) -> str:

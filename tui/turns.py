@@ -99,7 +99,7 @@ class TurnManager:
 
     @staticmethod
     def params_of(session: ChatSession):
-        from ..core.model.sampling import SamplingParams
+        from ..core.api.params import SamplingParams
 
         s = session.settings
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, top_k=s.top_k,

@@ -4,11 +4,18 @@ This is the protocol the UI depends on (not the engine's internals); a remote ba
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-from ..engine.cache_explainer import CacheExplanation
+from .explanation import CacheExplanation
 from .metrics import RequestMetrics
-from ..engine.sequence import FinishReason
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"  # an end-of-turn token or a stop string
+    LENGTH = "length"  # max_tokens, the model's context, or a KV cache too small to go on
+    ABORT = "abort"  # cancelled by the user or by shutdown
+    ERROR = "error"  # refused: empty, too long for the context, or larger than the whole KV cache
 
 
 @dataclass(frozen=True, slots=True)

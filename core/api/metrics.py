@@ -8,11 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # (torch-free here: the UI imports this module)
-    from ..kvdisk.store import DiskTierStats
+from dataclasses import dataclass, field, fields
 
 now = time.perf_counter
 
@@ -154,7 +150,7 @@ class EngineStats:
     requests: tuple[LiveRequest, ...] = ()  # in flight: running first, then waiting
     spec_acceptance_rate: float = float("nan")  # kept / drafted speculative tokens, recent window; NaN: none drafted
     spec_tokens_per_step: float = float("nan")  # tokens per sequence per decode step, recent window (1 = no gain)
-    disk: "DiskTierStats | None" = None  # the disk tier of the prefix cache; None when it is off
+    disk: DiskTierStats | None = None  # the disk tier of the prefix cache; None when it is off
     prefix_disk_hit_rate: float = 0.0  # prompt tokens from the disk tier / prompt tokens looked up, since start
 
     def request(self, request_id: int | None) -> LiveRequest | None:
@@ -225,3 +221,33 @@ class StatsWindow:
 def median(values) -> float:
     values = list(values)
     return statistics.median(values) if values else float("nan")
+
+
+# The prefix cache's disk tier (core/kvdisk/): its counters and a snapshot of it.
+
+@dataclass(slots=True)
+class DiskCounters:
+    num_hits: int = 0  # blocks read, verified and used
+    num_corrupt: int = 0  # entries that failed verification (removed, recomputed)
+    num_writes: int = 0
+    num_evictions: int = 0
+    num_dropped: int = 0  # writes skipped because the writer fell behind
+    num_temp_cleaned: int = 0  # leftover temp files removed at start
+
+    def minus(self, other: "DiskCounters") -> "DiskCounters":
+        return DiskCounters(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
+    def plus(self, other: "DiskCounters") -> "DiskCounters":
+        return DiskCounters(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+
+@dataclass(frozen=True, slots=True)
+class DiskTierStats:
+    """A snapshot for panels and `llmchat cache`."""
+
+    root: str
+    num_entries: int
+    num_bytes: int
+    budget_bytes: int
+    session: DiskCounters  # this process
+    lifetime: DiskCounters  # every process, as recorded in stats.json (plus this one's unsaved part)

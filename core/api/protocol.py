@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # (so that the UI can import this module without loading torc
     from ..chats.conversation import Conversation
     from .events import EngineEvent
     from .metrics import EngineStats
-    from ..model.sampling import SamplingParams
+    from ..api.params import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,8 @@ from ..engine.engine import LLMEngine
 from ..api.events import Finished, TextDelta
 from ..model.loader import load_model_for
 from ..api.metrics import RequestMetrics
-from ..text.prompt import prompt_ids_for
-from ..model.sampling import SamplingParams
-
-
-def chat_messages(question: str, system: str | None = None) -> list[dict]:
-    messages = [{"role": "system", "content": system}] if system else []
-    return messages + [{"role": "user", "content": question}]
+from ..text.prompt import chat_messages, prompt_ids_for
+from ..api.params import SamplingParams
 
 
 class AskStream:

@@ -26,7 +26,7 @@ from ..api.events import Finished, Started, TextDelta
 from ..api.metrics import EngineStats, LiveRequest, RequestMetrics, StatsWindow
 from ..api.protocol import BackendInfo, Sink
 from .remote_stats import ServerFigures, parse_server_metrics
-from ..engine.sequence import FinishReason
+from ..api.events import FinishReason
 
 METRICS_EVERY_S = 1.0
 TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=30.0)  # read: a long prefill on a busy server

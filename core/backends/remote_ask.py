@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from ..api.events import Finished, TextDelta
 from ..api.metrics import RequestMetrics
 from .remote import RemoteBackend, RemoteError
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 
 
 class RemoteAskStream:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
 from ..inspect.block_map import block_map_of
-from ..engine.cache_explainer import PromptContext
+from ..api.explanation import PromptContext
 from ..chats.conversation import Conversation
 from ..engine.engine import LLMEngine
 from ..inspect.engine_facts import facts_of
@@ -25,8 +25,8 @@ from ..api.events import EngineEvent, Finished
 from ..api.metrics import EngineStats, RequestMetrics
 from ..text.prompt import prompt_ids_for
 from ..api.protocol import BackendInfo
-from ..model.sampling import SamplingParams
-from ..engine.sequence import FinishReason
+from ..api.params import SamplingParams
+from ..api.events import FinishReason
 
 Sink = Callable[["RequestHandle", EngineEvent], None]
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from ..engine.engine import LLMEngine
 from ..api.events import Finished
 from ..kvdisk.tier import DEFAULT_KV_DISK_BYTES, default_kv_disk_dir
 from ..model.loader import LoadedModel
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 from .speculative import run_speculative
 
 SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory", "speculative", "restart")
@@ -36,7 +36,7 @@ from ..backends.ask import ask_stream
 from ..config import EngineConfig
 from ..engine.engine import LLMEngine
 from ..model.loader import load_model_for
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 kind, model, weights = sys.argv[1], sys.argv[2] or None, sys.argv[3]
 params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 if kind == "ask":

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..api.metrics import median
 from ..text.prompt import prompt_ids_for
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 
 if TYPE_CHECKING:
     from .bench import Bench

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from ..engine.cache_explainer import CacheExplanation
+from ..api.explanation import CacheExplanation
 from ..api.metrics import RequestMetrics
 
 DEFAULT_TITLE = "New chat"

@@ -18,7 +18,8 @@ from ..model.loader import LoadedModel
 from ..api.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics, StatsWindow, StepStats, now
 from .reuse_memory import ReuseMemory
 from .runner import ModelRunner
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
+from ..model.sampling import make_generator
 from .scheduler import ScheduledBatch, Scheduler
 from .sequence import FinishReason, Sequence, SequenceStatus
 from .spec.speculative import SpecStep, build_speculator
@@ -86,7 +87,7 @@ class LLMEngine:
         `tag` names the conversation it answers, for residency(); `context` says what the client kept, for the
         cache explainer; use_prefix_cache=False computes it from scratch and caches nothing."""
         request_id = next(self._ids)
-        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=params.make_generator(),
+        seq = Sequence(request_id, list(prompt_ids), len(prompt_ids), params, generator=make_generator(params),
                        use_prefix_cache=use_prefix_cache)
         error = self._refusal(seq)
         if error:

@@ -6,21 +6,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..api.events import FinishReason
 from ..api.metrics import RequestTimings
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 
 
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
     FINISHED = "finished"
-
-
-class FinishReason(str, enum.Enum):
-    STOP = "stop"  # an end-of-turn token or a stop string
-    LENGTH = "length"  # max_tokens, the model's context, or a KV cache too small to go on
-    ABORT = "abort"  # cancelled by the user or by shutdown
-    ERROR = "error"  # refused: empty, too long for the context, or larger than the whole KV cache
 
 
 @dataclass(slots=True, eq=False)

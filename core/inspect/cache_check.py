@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 
 MAX_CHECK_TOKENS = 256
 

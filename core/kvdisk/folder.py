@@ -12,25 +12,11 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from ..api.metrics import DiskCounters
+
 ENTRY_SUFFIX = ".kvb"
 TEMP_SUFFIX = ".tmp"
 STATS_FILE = "stats.json"
-
-
-@dataclass(slots=True)
-class DiskCounters:
-    num_hits: int = 0  # blocks read, verified and used
-    num_corrupt: int = 0  # entries that failed verification (removed, recomputed)
-    num_writes: int = 0
-    num_evictions: int = 0
-    num_dropped: int = 0  # writes skipped because the writer fell behind
-    num_temp_cleaned: int = 0  # leftover temp files removed at start
-
-    def minus(self, other: "DiskCounters") -> "DiskCounters":
-        return DiskCounters(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
-
-    def plus(self, other: "DiskCounters") -> "DiskCounters":
-        return DiskCounters(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
 @dataclass(slots=True)

@@ -18,11 +18,12 @@ import os
 import queue
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
+from ..api.metrics import DiskTierStats
 from .folder import (
     TEMP_SUFFIX, DiskCounters, FolderEntry, add_lifetime_counters, entry_path, make_private_dir,
     read_lifetime_counters, scan,
@@ -32,18 +33,6 @@ from .entry import BadEntry, BlockKey, BlockLayout, decode_entry, encode_header
 log = logging.getLogger(__name__)
 
 MAX_PENDING_BYTES = 512 << 20  # writes queued beyond this are dropped (counted), never allowed to stall decoding
-
-
-@dataclass(frozen=True, slots=True)
-class DiskTierStats:
-    """A snapshot for panels and `llmchat cache`."""
-
-    root: str
-    num_entries: int
-    num_bytes: int
-    budget_bytes: int
-    session: DiskCounters  # this process
-    lifetime: DiskCounters  # every process, as recorded in stats.json (plus this one's unsaved part)
 
 
 class KVDiskStore:

@@ -18,7 +18,8 @@ import torch
 from ..engine.block_manager import BlockManager
 from ..engine.kv_cache import PagedKVCache
 from .entry import BlockKey, BlockLayout
-from .store import DiskTierStats, KVDiskStore
+from ..api.metrics import DiskTierStats
+from .store import KVDiskStore
 from ..engine.sequence import Sequence
 
 DEFAULT_KV_DISK_BYTES = 4_000_000_000  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)

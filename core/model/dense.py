@@ -10,7 +10,8 @@ import torch
 from torch.nn import functional as F
 
 from .model import Transformer
-from .sampling import SamplingParams, sample
+from ..api.params import SamplingParams
+from .sampling import make_generator, sample
 from ...kernels import ops
 
 
@@ -54,7 +55,7 @@ def generate_dense(
         raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the model's context is {max_len}")
     device = model.device
     kv = DenseKV(model, max_len)
-    generator = params.make_generator()
+    generator = make_generator(params)
     input_ids = torch.tensor(prompt_ids, device=device)
     for _ in range(params.max_tokens):
         positions = torch.arange(kv.start, kv.start + len(input_ids), device=device)

@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 
 DEFAULT_MAX_TOKENS = 512
 MAX_BODY_BYTES = 8 << 20  # 8 MiB: a full context of text is far less

@@ -6,7 +6,7 @@ import secrets
 import time
 
 from ..api.metrics import RequestMetrics
-from ..engine.sequence import FinishReason
+from ..api.events import FinishReason
 
 FINISH_REASONS = {FinishReason.STOP: "stop", FinishReason.LENGTH: "length", FinishReason.ABORT: "abort",
                   FinishReason.ERROR: "error"}

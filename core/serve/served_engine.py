@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..engine.engine import LLMEngine
 from ..api.events import EngineEvent, Finished, Started
 from ..api.protocol import BackendInfo
-from ..model.sampling import SamplingParams
+from ..api.params import SamplingParams
 from .metrics import ServeMetrics
 from ..backends.service import EngineService, RequestHandle
 

@@ -23,3 +23,9 @@ def prompt_ids_for(tokenizer: Tokenizer, messages: Sequence[dict], token_ids: Se
     # The first turn, or the template rewrote earlier turns (or a stop string cut a reply): a fresh
     # tokenization; the prefix cache still reuses whatever leading blocks match.
     return tokenizer.encode(rendered)
+
+
+def chat_messages(question: str, system: str | None = None) -> list[dict]:
+    """One question (after a system prompt, when one is given) as chat messages."""
+    messages = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": question}]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from llmchat.core.api.events import Finished, Started, TextDelta
 from llmchat.core.api.metrics import EngineStats, RequestMetrics
 from llmchat.core.api.protocol import BackendInfo
-from llmchat.core.engine.sequence import FinishReason
+from llmchat.core.api.events import FinishReason
 
 
 @dataclass(slots=True)

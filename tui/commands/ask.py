@@ -31,8 +31,7 @@ def read_question(arg: str) -> str:
 
 def run_ask(args: argparse.Namespace) -> int:
     question = read_question(args.question)
-    from ...core.backends.ask import ask_stream
-    from ...core.model.sampling import SamplingParams
+    from ...core.api.params import SamplingParams
 
     params = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
@@ -40,11 +39,12 @@ def run_ask(args: argparse.Namespace) -> int:
     )
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if getattr(args, "backend", None):
-        from ...core.backends.ask import chat_messages
         from ...core.backends.remote_ask import RemoteAskStream
+        from ...core.text.prompt import chat_messages
 
         stream = RemoteAskStream(args.backend, chat_messages(question, args.system), params, args.api_key, args.model)
     else:
+        from ...core.backends.ask import ask_stream
         from .cli import engine_config
 
         config = engine_config(args)  # the disk tier's and speculative decoding's flags, checked

@@ -49,7 +49,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from ...core.model.loader import load_model_for
     from ...core.serve.server import OpenAIServer
     from ...core.serve.served_engine import ServedEngine
-    from ..bridge import model_label
+    from ...core.config import model_label
     from .cli import engine_config
 
     from ...core.passing_thread import run_in_passing_thread

@@ -2,7 +2,7 @@
 the detail view. Formatting only: every figure is the engine's."""
 from __future__ import annotations
 
-from ...core.engine.cache_explainer import CacheExplanation
+from ...core.api.explanation import CacheExplanation
 from . import format as fmt
 from ...core.text.sanitize import safe_text
 

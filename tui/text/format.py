@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ...core.api.metrics import RequestMetrics
 
 if TYPE_CHECKING:  # (kv_disk_store imports torch; the UI must paint before torch loads)
-    from ...core.kvdisk.store import DiskTierStats
+    from ...core.api.metrics import DiskTierStats
 
 DASH = "—"
 MAX_SHOWN_CHARS = 20_000  # longer messages are shown cut (the whole text is kept, sent and exported)
