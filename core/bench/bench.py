@@ -32,11 +32,11 @@ SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory", "spe
 # request; the app-like setup takes the default engine config (default KV budget) and runs one turn.
 _MEMORY_SCRIPT = """
 import resource, sys
-from ..backends.ask import ask_stream
-from ..config import EngineConfig
-from ..engine.engine import LLMEngine
-from ..model.loader import load_model_for
-from ..api.params import SamplingParams
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.backends.ask import ask_stream
+from llmchat.core.config import EngineConfig
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.model.loader import load_model_for
 kind, model, weights = sys.argv[1], sys.argv[2] or None, sys.argv[3]
 params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 if kind == "ask":
