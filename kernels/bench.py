@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows, copy_gbs, torch.cuda.get_device_name(device) if cuda else "cpu")
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump({"copy_gb_per_s": copy_gbs, "rows": [asdict(r) for r in rows]}, f, indent=2)
+            json.dump({"copy_gb_per_s": copy_gbs, "dtype": str(dtype).removeprefix("torch."), "rows": [asdict(r) for r in rows]}, f, indent=2)
     return 0
 
 
