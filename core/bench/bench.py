@@ -45,7 +45,7 @@ else:
     config = EngineConfig(model=model, weight_dtype=weights)
     loaded = load_model_for(config)
     engine = LLMEngine(loaded, config)
-    engine.add_request(loaded.tokenizer.encode_chat([{"role": "user", "content": "hi"}]), params)
+    engine.add_request(prompt_ids_for(loaded.tokenizer, [{"role": "user", "content": "hi"}]), params)
     while engine.has_work:
         engine.step()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
