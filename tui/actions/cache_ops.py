@@ -66,7 +66,6 @@ class ChatOps(_Base):
             return
         user = messages[-2]
         removed = session.conversation.drop_last_reply()
-        self.store.truncate(session.conversation, [removed])
         for message in (removed, user):  # the new turn shows both again
             await self.chat_screen.transcript.remove_message(message)
         if not self.turns.resend(session):
@@ -87,8 +86,7 @@ class ChatOps(_Base):
         self.notify("Undid the last turn; its message is back in the input box.", timeout=3)
 
     async def cut_chat(self, session: ChatSession, message: Message) -> None:
-        removed = session.conversation.cut_at(message)
-        self.store.truncate(session.conversation, removed)
+        session.conversation.cut_at(message)
         await self.chat_screen.transcript.show(session)
         self.chat_screen.chat_list.refresh_chat(session.chat_id)
         self.chat_screen.panels.show_chat(session)
@@ -150,12 +148,7 @@ class ChatOps(_Base):
         self.notify(f"Forked into chat #{fork.chat_id}", timeout=3)
 
     async def add_fork(self, session: ChatSession, upto: Message | None, title: str) -> ChatSession:
-        from ...core.chats.conversation import Conversation
-
-        chat = session.conversation
-        branch = chat.branch(upto) if upto is not None else Conversation(0, settings=chat.settings)
-        branch.title, branch.title_auto = title, upto is None
-        fork = ChatSession(self.store.add_chat(branch))
+        fork = ChatSession(session.conversation.branch(upto, title))
         self.sessions[fork.chat_id] = fork
         await self.refresh_chat_list()
         return fork

@@ -81,7 +81,7 @@ class ChatActions(_Base):
         if not path or not path.strip():
             return
         try:
-            record = self.store.import_chat(read_chat_file(Path(path.strip()).expanduser()))
+            record = self.store.add_chat(read_chat_file(Path(path.strip()).expanduser()))
         except ChatImportError as e:
             self.notify(f"{safe_text(path.strip())}: {safe_text(str(e))}; nothing imported", severity="error")
             return
@@ -104,7 +104,6 @@ class ChatActions(_Base):
         except ValueError as e:
             self.notify(str(e), severity="error")
             return
-        self.store.save_title(session.conversation)
         self.chat_screen.chat_list.refresh_chat(session.chat_id)
         self.show_header()
 
@@ -146,8 +145,7 @@ class ChatActions(_Base):
     def save_settings(self, session: ChatSession, settings: ChatSettings | None) -> None:
         if settings is None or session.chat_id not in self.sessions:
             return
-        self.store.update_settings(session.chat_id, settings)
-        session.conversation.settings = settings
+        session.conversation.update_settings(settings)
         self.show_header()
         self.notify("Settings saved; they apply from the next message.", timeout=2)
 
