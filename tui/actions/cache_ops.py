@@ -173,7 +173,7 @@ class ChatOps(_Base):
     def action_block_map(self) -> None:
         from ..screens.block_map import BlockMapScreen
 
-        if not self.bridge.ready or not hasattr(self.bridge.service, "block_map"):
+        if self.bridge.inspect is None:
             self.notify("The block map needs the in-process engine (it is not ready yet)", severity="warning")
             return
         self.push_screen(BlockMapScreen())
