@@ -229,6 +229,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a writer process killed mid-write, 10,000 entries
 def test_kill_9_while_writing_leaves_whole_entries_or_nothing(tmp_path):
     root = tmp_path / "kv"
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(root)], stdout=subprocess.PIPE, text=True)
