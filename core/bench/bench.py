@@ -46,8 +46,8 @@ else:
     loaded = load_model_for(config)
     engine = LLMEngine(loaded, config)
     engine.add_request(prompt_ids_for(loaded.tokenizer, [{"role": "user", "content": "hi"}]), params)
-    while engine.has_work:
-        engine.step()
+    for _ in engine.run_until_done():
+        pass
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 WORDS = (
@@ -131,11 +131,7 @@ def prompt_of_length(loaded: LoadedModel, num_tokens: int, salt: int) -> list[in
 def run_all(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]]) -> tuple[list[Finished], float]:
     start = time.perf_counter()
     ids = [engine.add_request(p, params) for p, params in requests]
-    done: dict[int, Finished] = {}
-    while engine.has_work:
-        for event in engine.step():
-            if isinstance(event, Finished):
-                done[event.request_id] = event
+    done = {e.request_id: e for e in engine.run_until_done() if isinstance(e, Finished)}
     return [done[i] for i in ids], time.perf_counter() - start
 
 
