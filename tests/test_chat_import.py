@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.core.bench.bench import chat_turn
+from llmchat.core.bench.common import chat_turn
 from llmchat.core.chats.exchange import ChatImportError, conversation_from_json, conversation_from_markdown
 from llmchat.core.config import EngineConfig
 from llmchat.core.chats.conversation import ChatSettings, Conversation, Message

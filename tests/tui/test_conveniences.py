@@ -18,7 +18,8 @@ from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 from llmchat.core.chats.conversation import ChatSettings
 from llmchat.core.chats.store import ChatStore, DataDirInUse
 from llmchat.tui.actions.chats import COMMANDS
-from llmchat.tui.app import LlmChatApp, run_app
+from llmchat.tui.app import LlmChatApp
+from llmchat.tui.run import run_app
 from llmchat.tui.commands.export import chat_dict, run_export
 from llmchat.core.text.sanitize import is_safe
 

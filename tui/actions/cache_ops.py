@@ -7,17 +7,11 @@ drop_last_reply, branch), so the next prompt hits every full block before that p
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from ...core.chats.conversation import Message
 from ..session import ChatSession
+from .mixin import AppMixin
 
-if TYPE_CHECKING:
-    from ..app import LlmChatApp
-
-    _Base = LlmChatApp
-else:
-    _Base = object
 
 CHAT_OP_COMMANDS = [
     ("regenerate", "Regenerate reply", "answer the last message again; its prompt is fully cached (Ctrl+G)"),
@@ -35,7 +29,7 @@ CHAT_OP_COMMANDS = [
 ]
 
 
-class ChatOps(_Base):
+class ChatOps(AppMixin):
     def ready_chat(self) -> ChatSession | None:
         """The current chat if an operation can change it now; otherwise say why and return None."""
         session = self.current
@@ -79,7 +73,7 @@ class ChatOps(_Base):
                 self.notify("Nothing to undo", severity="warning")
             return
         await self.cut_chat(session, user)
-        from ..app import merged_draft
+        from ..text.format import merged_draft
 
         prompt = self.chat_screen.prompt
         prompt.set_message(merged_draft(user.content, prompt.message_text()))

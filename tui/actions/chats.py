@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual.app import SystemCommand
 from textual.screen import Screen
@@ -17,13 +16,8 @@ from .cache_ops import CHAT_OP_COMMANDS
 from ...core.text.sanitize import safe_text
 from ..screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from ..session import ChatSession
+from .mixin import AppMixin
 
-if TYPE_CHECKING:
-    from ..app import LlmChatApp
-
-    _Base = LlmChatApp
-else:
-    _Base = object
 
 THEMES = ("textual-dark", "textual-light")
 
@@ -50,7 +44,7 @@ COMMANDS = [
 ]
 
 
-class ChatActions(_Base):
+class ChatActions(AppMixin):
     async def action_new_chat(self) -> None:
         current = self.current
         if current is not None and not current.conversation.messages and not current.busy:

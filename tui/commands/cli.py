@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             from .export import run_export
 
             return run_export(args)
-        from ..app import run_app
+        from ..run import run_app
 
         return run_app(args)
     except KeyboardInterrupt:
