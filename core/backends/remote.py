@@ -176,7 +176,6 @@ class RemoteBackend:
     def info(self) -> BackendInfo:
         return self._info
 
-    @property
     def shutdown(self, timeout: float = 5.0) -> None:
         self._stopped.set()
         with self._lock:
