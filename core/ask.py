@@ -28,6 +28,11 @@ class AskStream:
         self.load_seconds = load_seconds
         self.metrics: RequestMetrics | None = None
 
+    def threads_text(self) -> str:
+        """The compute team as it ended (it may have shrunk while other programs were busy)."""
+        governor = self.engine.threads
+        return f"threads {governor.plan.describe(governor.num_threads)}"
+
     def __iter__(self) -> Iterator[str]:
         self.engine.add_request(self.prompt_ids, self.params)
         try:
@@ -54,12 +59,13 @@ def ask_stream(
     kv_disk_bytes: int = 0,
     num_speculative_tokens: int = 0,
     draft_model: str | None = None,
+    num_threads: int | None = None,
 ) -> AskStream:
     """Load the model and set up one request on an engine sized for it; iterate the result for the reply.
     With kv_disk_bytes, the prompt's full blocks are looked up in and written to the disk tier."""
     config = EngineConfig(model=model, device=device or "cpu", max_num_seqs=1, weight_dtype=weight_dtype or "auto",
                           kv_disk_bytes=kv_disk_bytes, num_speculative_tokens=num_speculative_tokens,
-                          draft_model=draft_model)
+                          draft_model=draft_model, num_threads=num_threads)
     loaded = load_model_for(config, progress=progress)
     prompt_ids = prompt_ids_for(loaded.tokenizer, chat_messages(question, system))
     element_size = loaded.model.dtype.itemsize

@@ -99,6 +99,7 @@ class EngineConfig:
     kernel_backend: str | None = None  # None: triton on CUDA, torch otherwise (resolved once, by the runner)
     num_speculative_tokens: int = 0  # most tokens drafted per sequence and step (adaptive below it); 0: off (default)
     draft_model: str | None = None  # a model with the same vocabulary that drafts; None: prompt lookup (n-grams)
+    num_threads: int | None = None  # the compute team's size; None: auto (core/cpu_threads.py, core/cpu_load.py)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -108,5 +109,7 @@ class EngineConfig:
         if not 0 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
             raise ValueError(f"the number of speculative tokens must be 0 (off) to {MAX_SPECULATIVE_TOKENS}, "
                              f"got {self.num_speculative_tokens}")
+        if self.num_threads is not None and (isinstance(self.num_threads, bool) or self.num_threads < 1):
+            raise ValueError(f"the number of threads (--threads) must be at least 1, got {self.num_threads}")
         if self.kv_disk_bytes < 0:
             raise ValueError("the disk tier's budget (--kv-disk-gb) must not be negative")

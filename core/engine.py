@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from llmchat.core.block_manager import BlockManager
 from llmchat.core.cache_explainer import PromptContext
 from llmchat.core.config import EngineConfig
+from llmchat.core.cpu_load import ThreadGovernor
+from llmchat.core.cpu_threads import plan_threads
 from llmchat.core.events import EngineEvent, Finished, Started, TextDelta
 from llmchat.core.kv_cache import PagedKVCache, default_kv_cache_bytes
 from llmchat.core.kv_disk import KVDiskTier, kv_disk_root
@@ -68,6 +70,7 @@ class LLMEngine:
         self.speculator = build_speculator(config, loaded, self.block_manager, self.max_context, draft)
         self.weight_bytes = model.weight_bytes()
         self.window = StatsWindow()
+        self.threads = ThreadGovernor(plan_threads(config.num_threads))  # the stepping thread's compute team
         self._ids = itertools.count(1)
         self._seqs: dict[int, Sequence] = {}
         self._streams: dict[int, _Stream] = {}
@@ -151,6 +154,7 @@ class LLMEngine:
     def _step(self, events: list[EngineEvent]) -> list[EngineEvent]:
         events += self._pending
         self._pending = []
+        self.threads.before_step()
         self.speculator.propose(self.scheduler.running)
         batch, dropped = self.scheduler.schedule()
         for seq in dropped:
@@ -258,6 +262,9 @@ class LLMEngine:
             requests=tuple(self._live(seq) for seq in (*self.scheduler.running, *self.scheduler.waiting)),
             disk=self.kv_disk.stats() if self.kv_disk is not None else None,
             prefix_disk_hit_rate=self.window.disk_hit_rate(),
+            num_threads=self.threads.num_threads,
+            num_cpus=self.threads.plan.num_cpus,
+            threads_adaptive=self.threads.plan.adaptive,
         )
 
     @staticmethod

@@ -137,5 +137,9 @@ def load_model(
 
 
 def load_model_for(config: "EngineConfig", progress: Callable[[str], None] | None = None) -> LoadedModel:
-    """The model an engine with `config` runs: its model, device, dtype and weight format."""
+    """The model an engine with `config` runs: its model, device, dtype and weight format. The loading
+    thread's compute team gets the engine's thread count (loading prepacks weights with parallel ops)."""
+    from llmchat.core.cpu_threads import plan_threads, use_threads
+
+    use_threads(plan_threads(config.num_threads).num_threads)
     return load_model(config.model, config.device, config.dtype, progress, config.weight_dtype)

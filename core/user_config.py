@@ -7,6 +7,7 @@ A flat TOML table; every key is optional:
     kv_cache_gb = 2.0                               # KV cache budget in memory
     kv_disk_gb = 8.0                                # the prefix cache's disk tier budget
     kv_disk = true                                  # false: no disk tier
+    threads = 2                                     # compute threads (default: auto, the CPUs this process may use)
     temperature = 0.7                               # sampling defaults (ask; new chats in the app)
     top_p = 0.95
     top_k = 40
@@ -51,6 +52,7 @@ class UserConfig:
     kv_cache_gb: float | None = None
     kv_disk_gb: float | None = None
     kv_disk: bool | None = None
+    threads: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -80,6 +82,7 @@ _RULES: dict[str, tuple[tuple[type, ...], object, str]] = {
     "kv_cache_gb": (_FLOAT, lambda v: math.isfinite(v) and v > 0, "a positive number"),
     "kv_disk_gb": (_FLOAT, lambda v: math.isfinite(v) and v > 0, "a positive number"),
     "kv_disk": ((bool,), lambda v: True, "true or false"),
+    "threads": ((int,), lambda v: v >= 1, "a whole number of threads >= 1 (leave it out for auto)"),
     "temperature": (_FLOAT, lambda v: math.isfinite(v) and v >= 0, "a number >= 0"),
     "top_p": (_FLOAT, lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "top_k": ((int,), lambda v: v >= 0, "an integer >= 0 (0: off)"),

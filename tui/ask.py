@@ -51,7 +51,7 @@ def run_ask(args: argparse.Namespace) -> int:
         stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device,
                             progress=progress, weight_dtype=getattr(args, "weights", None),
                             kv_disk_bytes=config.kv_disk_bytes, num_speculative_tokens=config.num_speculative_tokens,
-                            draft_model=config.draft_model)
+                            draft_model=config.draft_model, num_threads=config.num_threads)
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
     try:
         for delta in stream:
@@ -68,6 +68,8 @@ def run_ask(args: argparse.Namespace) -> int:
             f"TTFT {m.ttft * 1000:.0f} ms, TPOT {m.tpot * 1000:.1f} ms (load {m.load_seconds:.2f} s)",
             file=sys.stderr,
         )
+        if not getattr(args, "backend", None):  # the embedded engine's compute team (a server keeps its own)
+            print(stream.threads_text(), file=sys.stderr)
         if m.num_draft_tokens:
             from llmchat.tui.format import speculation
 

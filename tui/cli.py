@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"budget of the prefix cache's disk tier in GB (default {DEFAULT_KV_DISK_GB:g}; LRU-evicted)",
     )
     model_args.add_argument("--no-kv-disk", action="store_true", help="turn off the prefix cache's disk tier")
+    model_args.add_argument(
+        "--threads", type=int, default=None, metavar="N",
+        help="compute threads (default: auto, the CPUs this process may use, fewer while other programs are busy)",
+    )
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
@@ -69,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-speculative", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kv-disk-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-kv-disk", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
     add_remote_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -113,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
     bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all); "
-                       "serve: concurrent streaming clients against llmchat serve (or --url), on its own")
+                       "serve: concurrent streaming clients against llmchat serve (or --url), on its own; "
+                       "shared-cpu: TPOT quiet and beside a busy process it starts (ask and app set-ups), on its own")
     bench.add_argument("--url", help="with serve: measure this OpenAI-compatible server instead of starting one")
     bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
     bench.add_argument("--repeats", type=int, default=None, help="runs per measurement (medians are reported)")
@@ -138,6 +144,10 @@ def engine_config(args: argparse.Namespace, **overrides):
         raise ValueError("--kv-cache-gb must be positive")
     overrides.setdefault("num_speculative_tokens", num_speculative_tokens(args))
     overrides.setdefault("kv_disk_bytes", kv_disk_bytes(args))
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {threads}")
+    overrides.setdefault("num_threads", threads)
     return EngineConfig(
         model=getattr(args, "model", None),
         draft_model=getattr(args, "draft_model", None),
@@ -174,6 +184,9 @@ def kv_disk_bytes(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from llmchat.core.openmp_env import prepare_openmp
+
+    prepare_openmp()  # OpenMP's wait policy: read once, when torch loads, so before anything imports it
     args = build_parser().parse_args(argv)
     try:
         if args.command == "config":

@@ -14,10 +14,11 @@ from llmchat.core.user_config import KEYS, UserConfig, config_path, load_or_defa
 
 # The built-in defaults of the sampling flags (`ask`; the app's new chats take them all: see chat_defaults).
 SAMPLING_DEFAULTS = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 512, "seed": None}
-_ENGINE_KEYS = ("model", "device", "kv_cache_gb", "kv_disk_gb")
+_ENGINE_KEYS = ("model", "device", "kv_cache_gb", "kv_disk_gb", "threads")
 # How a default that is not one value reads (the engine picks it).
 _DEFAULT_TEXT = {"model": "SmolLM2-135M-Instruct", "device": "cpu", "kv_cache_gb": "1 on CPU, 8 on CUDA",
-                 "kv_disk_gb": 4.0, "kv_disk": True, "theme": "the last one used"}
+                 "kv_disk_gb": 4.0, "kv_disk": True,
+                 "threads": "auto: the CPUs this process may use", "theme": "the last one used"}
 
 
 def resolve(args: argparse.Namespace, config: UserConfig) -> dict[str, tuple[object, str]]:
