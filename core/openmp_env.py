@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 WAIT_POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 SPIN_COUNT = "10000"  # measured: see the table in the module docstring (issue 22's note)
@@ -26,11 +26,11 @@ def openmp_defaults() -> dict[str, str]:
     return {"GOMP_SPINCOUNT": SPIN_COUNT}
 
 
-def prepare_openmp(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+def prepare_openmp(environ: MutableMapping[str, str] | None = None, modules: Mapping = sys.modules) -> dict[str, str]:
     """Set the wait policy before torch loads; what was set ({} when torch is loaded already, or the user set
     OMP_WAIT_POLICY or GOMP_SPINCOUNT: then nothing is changed)."""
     environ = os.environ if environ is None else environ
-    if "torch" in sys.modules or any(name in environ for name in WAIT_POLICY_VARS):
+    if "torch" in modules or any(name in environ for name in WAIT_POLICY_VARS):
         return {}
     chosen = openmp_defaults()
     environ.update(chosen)

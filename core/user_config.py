@@ -7,13 +7,14 @@ A flat TOML table; every key is optional:
     kv_cache_gb = 2.0                               # KV cache budget in memory
     kv_disk_gb = 8.0                                # the prefix cache's disk tier budget
     kv_disk = true                                  # false: no disk tier
-    threads = 2                                     # compute threads (default: auto, the CPUs this process may use)
     temperature = 0.7                               # sampling defaults (ask; new chats in the app)
     top_p = 0.95
     top_k = 40
     max_tokens = 512
     seed = 1
     theme = "textual-light"                         # the app's theme at start
+    threads = 2                                     # compute threads (default: auto, the CPUs this process
+                                                    # may use, fewer while other programs keep them busy)
 
     [keys]                                          # key bindings: action = "key" (see `llmchat config`)
     new_chat = "ctrl+t"
@@ -52,13 +53,13 @@ class UserConfig:
     kv_cache_gb: float | None = None
     kv_disk_gb: float | None = None
     kv_disk: bool | None = None
-    threads: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
     theme: str | None = None
+    threads: int | None = None
     keys: tuple["KeyEntry", ...] = ()  # the [keys] table, in file order
 
 
@@ -82,13 +83,13 @@ _RULES: dict[str, tuple[tuple[type, ...], object, str]] = {
     "kv_cache_gb": (_FLOAT, lambda v: math.isfinite(v) and v > 0, "a positive number"),
     "kv_disk_gb": (_FLOAT, lambda v: math.isfinite(v) and v > 0, "a positive number"),
     "kv_disk": ((bool,), lambda v: True, "true or false"),
-    "threads": ((int,), lambda v: v >= 1, "a whole number of threads >= 1 (leave it out for auto)"),
     "temperature": (_FLOAT, lambda v: math.isfinite(v) and v >= 0, "a number >= 0"),
     "top_p": (_FLOAT, lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "top_k": ((int,), lambda v: v >= 0, "an integer >= 0 (0: off)"),
     "max_tokens": ((int,), lambda v: v > 0, "a positive integer"),
     "seed": ((int,), lambda v: True, "an integer"),
     "theme": ((str,), lambda v: bool(v.strip()), "a theme name"),
+    "threads": ((int,), lambda v: v >= 1, "a whole number of threads >= 1 (leave it out for auto)"),
 }
 assert set(_RULES) == set(KEYS)
 
