@@ -7,14 +7,17 @@ thread fewer has no teammate to wait for and takes the CPU that is still free.
 
 How: between steps, at most every `interval` seconds, the engine thread reads /proc/stat (the busy ticks of
 the CPUs this process may use) and /proc/self/stat (this process's own ticks); the difference is what other
-programs used. The team has one thread fewer per CPU they keep busy (at least one), and grows back when they
-stop, with a margin either way so that it does not flap. Where /proc is missing (not Linux) nothing adapts.
+programs used. The team has one thread fewer per CPU they keep busy for HELD_INTERVALS intervals running (a
+shell command or a terminal's redraw is a passing spike, seen on the shared dev machine), at least one, and
+grows back as soon as they stop, with a margin either way so that it does not flap. Where /proc is missing
+(not Linux) nothing adapts.
 """
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ from llmchat.core.cpu_threads import ThreadPlan, use_threads
 PROC_STAT = Path("/proc/stat")
 SELF_STAT = Path("/proc/self/stat")
 SAMPLE_INTERVAL_S = 0.5
+HELD_INTERVALS = 2  # other programs count for dropping a thread once they were busy this many intervals running
 DROP_AT = 0.5  # a team of n loses a thread when fewer than n - 0.5 CPUs are left free by other programs
 GROW_AT = 0.25  # and gains one back when at least n + 1 - 0.25 are free
 
@@ -65,14 +69,14 @@ def others_busy_cpus(before: CpuSample, after: CpuSample, ticks_per_s: float) ->
     return max(0.0, others / ticks_per_s / seconds)
 
 
-def next_team_size(current: int, most: int, others: float) -> int:
-    """The team's size (1..most) given how many CPUs' worth other programs keep busy: one thread per CPU
-    left, with a margin either way (a light background costs no thread; one comes back only when clearly free)."""
-    free = most - others
+def next_team_size(current: int, most: int, others_held: float, others_now: float) -> int:
+    """The team's size (1..most): one thread per CPU that other programs leave free, with a margin either way.
+    A thread goes when they have kept CPUs busy for a while (others_held: the least over the last few intervals,
+    so a passing spike costs nothing) and comes back as soon as they stop (others_now: the last interval)."""
     size = current
-    while size > 1 and free < size - DROP_AT:
+    while size > 1 and most - others_held < size - DROP_AT:
         size -= 1
-    while size < most and free >= size + 1 - GROW_AT:
+    while size < most and most - others_now >= size + 1 - GROW_AT:
         size += 1
     return size
 
@@ -98,6 +102,7 @@ class ThreadGovernor:
         self._applied_on: int | None = None  # the thread whose team was last sized
         self._last: CpuSample | None = self._sample() if plan.adaptive else None
         self.others = 0.0  # CPUs' worth other programs used over the last interval
+        self._recent: deque[float] = deque(maxlen=HELD_INTERVALS)
 
     def before_step(self) -> None:
         if self._last is not None and self._clock() - self._last.seconds >= self.interval:
@@ -105,7 +110,9 @@ class ThreadGovernor:
             if sample is not None:
                 self.others = others_busy_cpus(self._last, sample, self._ticks_per_s)
                 self._last = sample
-                size = next_team_size(self.num_threads, self.plan.num_threads, self.others)
+                self._recent.append(self.others)
+                held = min(self._recent) if len(self._recent) == self._recent.maxlen else 0.0
+                size = next_team_size(self.num_threads, self.plan.num_threads, held, self.others)
                 if size != self.num_threads:
                     self.num_threads = size
                     self.num_changes += 1

@@ -37,29 +37,30 @@ def test_others_busy_is_what_this_process_did_not_use():
     assert others_busy_cpus(before, CpuSample(0.0, 1300, 300), 100.0) == 0.0
 
 
-def next_team_size_ref(current: int, most: int, others: float) -> int:
-    """The rule spelled out: when the free CPUs fall short of the team by more than DROP_AT, the largest team
-    that they fit (at least 1); else the largest team up to `most` whose last thread has 1 - GROW_AT of a CPU."""
-    free = most - others
-    if free < current - DROP_AT:
-        return max([s for s in range(1, current) if free >= s - DROP_AT], default=1)
-    return max([s for s in range(current + 1, most + 1) if free >= s - GROW_AT], default=current)
+def next_team_size_ref(current: int, most: int, held: float, now: float) -> int:
+    """The rule spelled out: when the CPUs left free for a while fall short of the team by more than DROP_AT,
+    the largest team that they fit (at least 1); else the largest team up to `most` whose last thread has
+    1 - GROW_AT of a CPU free now."""
+    if most - held < current - DROP_AT:
+        return max([s for s in range(1, current) if most - held >= s - DROP_AT], default=1)
+    return max([s for s in range(current + 1, most + 1) if most - now >= s - GROW_AT], default=current)
 
 
-@given(st.integers(1, 16), st.integers(1, 16), st.floats(0, 20, allow_nan=False))
-def test_next_team_size_matches_the_rule(current, most, others):
-    current = min(current, most)
-    size = next_team_size(current, most, others)
-    assert size == next_team_size_ref(current, most, others)
+@given(st.integers(1, 16), st.integers(1, 16), st.floats(0, 20, allow_nan=False), st.floats(0, 20, allow_nan=False))
+def test_next_team_size_matches_the_rule(current, most, a, b):
+    current, held, now = min(current, most), min(a, b), max(a, b)  # (held is the least of recent intervals)
+    size = next_team_size(current, most, held, now)
+    assert size == next_team_size_ref(current, most, held, now)
     assert 1 <= size <= most
 
 
 def test_busy_other_program_on_two_cpus_drops_one_thread_and_quiet_brings_it_back():
-    assert next_team_size(2, 2, 0.67) == 1  # a spin loop beside a team of two gets about 2/3 of a CPU
-    assert next_team_size(2, 2, 0.3) == 2  # light background: keep both
-    assert next_team_size(1, 2, 1.0) == 1  # the spin loop has its CPU
-    assert next_team_size(1, 2, 0.4) == 1  # not clearly free yet
-    assert next_team_size(1, 2, 0.1) == 2
+    assert next_team_size(2, 2, 0.67, 0.67) == 1  # a spin loop beside a team of two gets about 2/3 of a CPU
+    assert next_team_size(2, 2, 0.1, 0.9) == 2  # a spike in the last interval only: keep both
+    assert next_team_size(2, 2, 0.3, 0.3) == 2  # light background: keep both
+    assert next_team_size(1, 2, 1.0, 1.0) == 1  # the spin loop has its CPU
+    assert next_team_size(1, 2, 0.4, 0.4) == 1  # not clearly free yet
+    assert next_team_size(1, 2, 0.1, 0.1) == 2
 
 
 class FakeProc:
@@ -97,10 +98,13 @@ def test_governor_resizes_the_stepping_threads_team():
         return run_on_thread(lambda: (gov.before_step(), torch.get_num_threads())[1]), gov.num_threads
 
     assert step_after(0.1, 0.0) == (2, 2)
+    assert step_after(0.5, 1.0) == (2, 2)  # other programs busy for one interval: a spike so far
     assert step_after(0.2, 1.0) == (2, 2)  # not yet a full interval since the last sample: no decision
-    assert step_after(0.3, 1.0) == (1, 1)  # other programs kept ~0.8 CPU busy over the interval
+    assert step_after(0.3, 1.0) == (1, 1)  # busy for two intervals running
     assert step_after(0.6, 1.0) == (1, 1)
-    assert step_after(0.6, 0.0) == (2, 2)  # quiet again: back to both CPUs
+    assert step_after(0.6, 0.0) == (2, 2)  # quiet again: back to both CPUs at once
+    assert step_after(0.6, 1.0) == (2, 2)  # a spike
+    assert step_after(0.6, 0.0) == (2, 2)
     assert gov.num_changes == 2
 
 

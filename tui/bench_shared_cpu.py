@@ -14,7 +14,7 @@ from dataclasses import replace
 from llmchat.core.openmp_env import prepare_openmp
 
 # the flags of `llmchat bench` that shape the engine, passed on to each set-up's process
-_VALUE_FLAGS = ("model", "device", "kv_cache_gb", "weights", "threads", "draft_model", "speculative_tokens")
+_VALUE_FLAGS = ("model", "device", "kv_cache_gb", "weights", "threads", "draft_model", "speculative_tokens", "repeats")
 _SWITCHES = ("no_speculative", "no_prefix_cache", "quick")
 
 
@@ -35,6 +35,8 @@ def run_shared_cpu_bench(args: argparse.Namespace) -> int:
 
     if args.scenarios != ["shared-cpu"]:
         raise ValueError("run `llmchat bench shared-cpu` on its own (it starts a busy process of its own)")
+    if args.repeats is not None and args.repeats < 1:
+        raise ValueError("--repeats must be at least 1")
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     log(f"CPU {cpu_description()}; each set-up decodes quiet, then beside one busy process (a spin loop)")
     results = Results()
@@ -75,14 +77,18 @@ async def measure_app(config, size, log):
 
 
 def child_main(argv: list[str]) -> int:
-    prepare_openmp()  # before torch loads (the set-up measures the wait policy the command line gets)
     setup, flags = argv[0], argv[1:]
+    prepare_openmp(setup)  # before torch loads: each set-up runs with the policy its command gets
     from llmchat.core.bench_shared_cpu import FULL, QUICK, ask_setup_reply, measure_phases, result_json
     from llmchat.tui.bridge import DEFAULT_MAX_NUM_SEQS
     from llmchat.tui.cli import build_parser, engine_config
 
     args = build_parser().parse_args(["bench", "shared-cpu", *flags])
     size = QUICK if args.quick else FULL
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise ValueError("--repeats must be at least 1")
+        size = replace(size, repeats=args.repeats)
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if setup == "ask":
         config = engine_config(args, kv_disk_bytes=0)  # (the disk tier would only keep the bench's prompts)

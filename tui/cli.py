@@ -184,10 +184,10 @@ def kv_disk_bytes(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from llmchat.core.openmp_env import prepare_openmp
+    from llmchat.core.openmp_env import prepare_openmp, setup_of
 
-    prepare_openmp()  # OpenMP's wait policy: read once, when torch loads, so before anything imports it
     args = build_parser().parse_args(argv)
+    prepare_openmp(setup_of(args.command))  # OpenMP's spin time: read once, when torch loads, so before that
     try:
         if args.command == "config":
             from llmchat.tui.config_command import run_config
