@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmchat.core.cpu_threads import ThreadPlan, use_threads
+from .cpu_threads import ThreadPlan, use_threads
 
 PROC_STAT = Path("/proc/stat")
 SELF_STAT = Path("/proc/self/stat")

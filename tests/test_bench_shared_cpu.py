@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from llmchat.core.bench_shared_cpu import SharedCpuSize, measure_phases
+from llmchat.core.bench.shared_cpu import SharedCpuSize, measure_phases
 from test_busy_process import gone, wait_gone
 
-CLI = [sys.executable, "-m", "llmchat.tui.cli", "bench", "shared-cpu", "--quick"]
+CLI = [sys.executable, "-m", "llmchat.tui.commands.cli", "bench", "shared-cpu", "--quick"]
 
 
 def busy_pids(stderr: str) -> list[int]:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from llmchat.core.busy_process import busy_process
+from llmchat.core.bench.busy_process import busy_process
 
 
 def gone(pid: int) -> bool:
@@ -46,7 +46,7 @@ def test_an_exception_or_ctrl_c_in_the_block_ends_it():
 
 def test_it_ends_by_itself_when_its_parent_is_killed():
     parent = subprocess.Popen([sys.executable, "-c",
-                               "from llmchat.core.busy_process import busy_process\nimport time\n"
+                               "from llmchat.core.bench.busy_process import busy_process\nimport time\n"
                                "with busy_process() as p:\n    print(p.pid, flush=True)\n    time.sleep(600)\n"],
                               stdout=subprocess.PIPE, text=True)
     pid = int(parent.stdout.readline())

@@ -9,9 +9,9 @@ import torch
 
 from llmchat.core.config import EngineConfig
 from llmchat.core.cpu_threads import plan_threads, use_threads
-from llmchat.core.engine import LLMEngine
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.service import EngineService
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.backends.service import EngineService
 
 
 @pytest.fixture

@@ -15,12 +15,12 @@ from textual import events
 from textual.command import CommandPalette
 from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore, DataDirInUse
-from llmchat.tui.actions import COMMANDS
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore, DataDirInUse
+from llmchat.tui.actions.chats import COMMANDS
 from llmchat.tui.app import LlmChatApp, run_app
-from llmchat.tui.export import chat_dict, run_export
-from llmchat.tui.sanitize import is_safe
+from llmchat.tui.commands.export import chat_dict, run_export
+from llmchat.core.text.sanitize import is_safe
 
 
 async def test_export_copy_and_theme(make_app, tmp_path):
@@ -154,7 +154,7 @@ async def test_loading_progress_is_shown_and_a_failed_load_says_why(tmp_path, en
         assert not app.chat_screen.query_one("#loading").display
 
     def broken_factory(progress, sink):
-        from llmchat.core.weights import ModelLoadError
+        from llmchat.core.weights.resolve import ModelLoadError
 
         raise ModelLoadError("model not found: /nowhere.gguf (pass a .gguf file or a Hugging Face model folder)")
 
@@ -179,8 +179,8 @@ def test_a_second_app_on_the_same_data_dir_is_told_clearly(tmp_path, engine_fact
 async def test_the_engine_panel_shows_the_compute_team(tmp_path, chatty_model):
     from llmchat.core.config import EngineConfig
     from llmchat.core.cpu_threads import plan_threads
-    from llmchat.core.engine import LLMEngine
-    from llmchat.core.service import EngineService
+    from llmchat.core.engine.engine import LLMEngine
+    from llmchat.core.backends.service import EngineService
 
     def factory(progress, sink):
         return EngineService(LLMEngine(chatty_model, EngineConfig(max_num_seqs=2, kv_cache_bytes=1 << 20,
