@@ -9,6 +9,7 @@ SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 MAX_SPECULATIVE_TOKENS = 16
 DEFAULT_SPECULATIVE_TOKENS = 4  # what the app, ask and serve draft at most per step (EngineConfig's own default: off)
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
+DEFAULT_KV_DISK_GB = 4.0  # the prefix cache's disk tier budget unless --kv-disk-gb or the config file says
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # `llmchat bench` on the real model, in a subprocess
 def test_bench_quick_writes_named_measurements(default_model_dir, tmp_path):
     out = tmp_path / "bench.jsonl"
     result = subprocess.run(
@@ -29,6 +32,7 @@ def test_bench_rejects_unknown_scenario():
     assert result.returncode == 2 and "unknown scenario" in result.stderr
 
 
+@pytest.mark.slow  # `llmchat bench` on the real model, in a subprocess
 def test_bench_decode_reports_bandwidth_and_memory_reports_rss(default_model_dir, tmp_path):
     out = tmp_path / "bench.jsonl"
     result = subprocess.run(
@@ -49,6 +53,7 @@ def test_bench_decode_reports_bandwidth_and_memory_reports_rss(default_model_dir
         assert rss["unit"] == "MB" and 200 < rss["value"] < 4000
 
 
+@pytest.mark.slow  # `llmchat bench` on the real model, in a subprocess
 def test_bench_speculative_names_its_variants_and_metrics(default_model_dir, tmp_path):
     out = tmp_path / "bench.jsonl"
     result = subprocess.run(

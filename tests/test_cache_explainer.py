@@ -23,10 +23,7 @@ SYSTEM = "You are a careful assistant who answers briefly. " * 3
 
 
 def run(engine: LLMEngine) -> list[Finished]:
-    done = []
-    while engine.has_work:
-        done += [e for e in engine.step() if isinstance(e, Finished)]
-    return done
+    return [e for e in engine.run_until_done() if isinstance(e, Finished)]
 
 
 def turn(engine: LLMEngine, chat: Conversation, text: str, params: SamplingParams = PARAMS) -> Finished:

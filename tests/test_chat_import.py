@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.core.bench.bench import chat_turn
+from llmchat.core.bench.common import chat_turn
 from llmchat.core.chats.exchange import ChatImportError, conversation_from_json, conversation_from_markdown
 from llmchat.core.config import EngineConfig
 from llmchat.core.chats.conversation import ChatSettings, Conversation, Message
@@ -28,10 +28,14 @@ def one_turn_chat(tiny_model, store: ChatStore) -> tuple[LLMEngine, Conversation
     """A stored chat with one finished turn, run on its own engine (whose prefix cache now holds its ids)."""
     engine = engine_for(tiny_model)
     chat = store.create_chat(ChatSettings("You are terse.", 0.0, 1.0, 12))
-    chat_turn(engine, chat, "What is a paged KV cache? Explain it in a few sentences, please.", 12)
-    store.add_messages(chat, *chat.messages)
-    store.finish_turn(chat, *chat.messages[-2:])
-    return engine, store.load_chat(chat.chat_id)
+    chat_turn(engine, chat, "What is a paged KV cache? Explain it in a few sentences, please.", 12)  # (stored)
+    return engine, in_memory(store.load_chat(chat.chat_id))
+
+
+def in_memory(chat: Conversation) -> Conversation:
+    """The chat as stored, detached from its store (which the test closes before it goes on)."""
+    chat.store = None
+    return chat
 
 
 def test_a_json_export_comes_back_whole_and_its_next_turn_reuses_the_cache_like_the_original(tiny_model, tmp_path):
@@ -43,7 +47,7 @@ def test_a_json_export_comes_back_whole_and_its_next_turn_reuses_the_cache_like_
     assert cli.main(["import", str(export), "--data-dir", str(tmp_path / "b")]) == 0
     with ChatStore(tmp_path / "b") as store:
         (summary,) = store.list_chats()
-        imported = store.load_chat(summary.chat_id)
+        imported = in_memory(store.load_chat(summary.chat_id))
     assert imported.token_ids == original.token_ids and len(original.token_ids) > 16
     assert [(m.role, m.content, m.status, m.token_span, m.metrics) for m in imported.messages] == \
         [(m.role, m.content, m.status, m.token_span, m.metrics) for m in original.messages]
@@ -159,10 +163,10 @@ def test_the_store_imports_in_one_transaction(tmp_path):
     record.messages.append(dataclasses.replace(record.messages[0], role="nobody"))  # fails the store's check
     with ChatStore(tmp_path) as store:
         with pytest.raises(AssertionError):
-            store.import_chat(record)
+            store.add_chat(record)
         assert store.list_chats() == []  # the chat row went with the failed message
         record.messages.pop()
-        chat = store.import_chat(record)
+        chat = store.add_chat(record)
         assert chat.token_ids == [1, 2, 3] and chat.messages[0].token_span == (0, 3) and not chat.title_auto
 
 

@@ -27,9 +27,8 @@ def assert_index_in_step(store: ChatStore) -> None:
 
 
 def say(store: ChatStore, chat, text: str) -> tuple[Message, Message]:
-    user, reply = chat.start_turn(text)
-    store.add_messages(chat, user, reply)
-    return user, reply
+    assert chat.store is store  # (start_turn stores both messages itself)
+    return chat.start_turn(text)
 
 
 def test_the_index_follows_inserts_edits_and_deletes(tmp_path):
@@ -43,24 +42,21 @@ def test_the_index_follows_inserts_edits_and_deletes(tmp_path):
         assert found(store, "boil volcanoes") == set()  # every term, in one message
 
         answer = "Put the egg in simmering water for seven minutes."
-        reply.content = "Put the egg"
-        store.save_progress(a, reply)  # streaming: the text so far is searchable
-        assert found(store, "egg") == {(a.chat_id, user.message_id), (a.chat_id, reply.message_id)}
         a.begin_reply(user, reply, [1, 2, 3])
+        a.extend_reply(reply, [4], "Put the egg")  # streaming: the text so far is searchable
+        assert found(store, "egg") == {(a.chat_id, user.message_id), (a.chat_id, reply.message_id)}
         a.finish_reply(reply, answer, "done", "stop")
-        store.finish_turn(a, user, reply)
         assert found(store, "simmering") == {(a.chat_id, reply.message_id)}
         assert_index_in_step(store)
 
-        removed = a.cut_at(reply)  # an edit/undo cuts the chat
-        store.truncate(a, removed)
+        a.cut_at(reply)  # an edit/undo cuts the chat
         assert found(store, "simmering") == set()
-        fork = store.add_chat(b.branch(b.messages[0]))  # a fork copies the messages
+        fork = b.branch(b.messages[0])  # a fork copies the messages
         assert found(store, "volcanoes") == {(b.chat_id, b.messages[0].message_id),
                                              (fork.chat_id, fork.messages[0].message_id)}
         store.delete_chat(b.chat_id)  # its messages go by ON DELETE CASCADE: the trigger still fires
         assert found(store, "volcanoes") == {(fork.chat_id, fork.messages[0].message_id)}
-        store.delete_messages(fork, *fork.messages)
+        fork.cut_at(fork.messages[0])
         assert found(store, "volcanoes") == set()
         assert_index_in_step(store)
 
@@ -138,6 +134,7 @@ def test_without_fts5_search_scans_and_a_later_open_with_fts5_rebuilds(tmp_path,
         assert not store.search_uses_fts
         triggers = store._db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
         assert triggers == []  # an sqlite3 without FTS5 could not run them
+        chat = store.load_chat(chat.chat_id)  # (as the app after a restart)
         second, _ = say(store, chat, "written without FTS5, 100% plain_text")
         assert found(store, "indexed") == {(chat.chat_id, first.message_id)}
         assert found(store, "WITHOUT fts5") == {(chat.chat_id, second.message_id)}
@@ -165,15 +162,14 @@ def test_fts5_and_the_like_scan_agree_with_a_plain_scan_on_random_chats(tmp_path
             op = rng.random()
             if op < 0.6 or not chat.messages:
                 user, reply = say(store, chat, " ".join(rng.choices(words, k=rng.randrange(1, 6))))
-                reply.content = " ".join(rng.choices(words, k=rng.randrange(0, 6)))
-                store.save_progress(chat, reply)
+                chat.begin_reply(user, reply, [1])
+                chat.extend_reply(reply, [2], " ".join(rng.choices(words, k=rng.randrange(0, 6))))
             elif op < 0.8:
-                store.truncate(chat, chat.cut_at(rng.choice(chat.messages)))
+                chat.cut_at(rng.choice(chat.messages))
             else:
                 reply = next((m for m in reversed(chat.messages) if m.role == "assistant"), None)
-                if reply is not None:
-                    reply.content = " ".join(rng.choices(words, k=rng.randrange(0, 6)))
-                    store.save_progress(chat, reply)
+                if reply is not None and reply.token_span is not None:
+                    chat.extend_reply(reply, [3], " ".join(rng.choices(words, k=rng.randrange(0, 6))))
         assert_index_in_step(store)
         for text in queries:
             terms = text.casefold().split()

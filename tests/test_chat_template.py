@@ -14,6 +14,7 @@ from llmchat.core.text.chat_template import ChatTemplateError, compile_chat_temp
 from llmchat.core.weights.gguf_meta import open_gguf
 from llmchat.core.weights.gguf_tokenizer import tokenizer_files_from_gguf
 from llmchat.core.text.tokenizer import Tokenizer
+from llmchat.core.text.prompt import prompt_ids_for
 
 CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
           "{% if add_generation_prompt %}{{'<|im_start|>assistant\n'}}{% endif %}")
@@ -105,7 +106,7 @@ def test_a_tokenizer_with_a_hostile_template_refuses_that_turn(tmp_path: Path, d
     tokenizer = Tokenizer.from_dir(folder)
     start = time.perf_counter()
     with pytest.raises(ValueError, match="over its budget"):
-        tokenizer.encode_chat(MESSAGES)
+        prompt_ids_for(tokenizer, MESSAGES)
     assert time.perf_counter() - start < 4.0
 
 

@@ -62,7 +62,7 @@ def dense_outputs(loaded, prompts, params=GREEDY) -> list[tuple[int, ...]]:
 
 @pytest.fixture(scope="module")
 def real_prompts(real_model):
-    return [real_model.tokenizer.encode_chat([{"role": "user", "content": q}]) for q in QUESTIONS]
+    return [prompt_ids_for(real_model.tokenizer, [{"role": "user", "content": q}]) for q in QUESTIONS]
 
 
 @pytest.fixture(scope="module")

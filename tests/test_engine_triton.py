@@ -36,9 +36,7 @@ def logits_of_steps(loaded, backend: str, prompts: list[list[int]], num_decode_s
         params = SamplingParams(temperature=0, max_tokens=num_decode_steps, ignore_eos=True)
         for p in prompts:
             engine.add_request(p, params)
-        finished = []
-        while engine.has_work:
-            finished += [e for e in engine.step() if isinstance(e, Finished)]
+        finished = [e for e in engine.run_until_done() if isinstance(e, Finished)]
     finally:
         del model.compute_logits
     assert len(finished) == len(prompts)

@@ -18,11 +18,7 @@ def test_nan_in_unwritten_kv_slots_never_reaches_the_output(tiny_model):
         t.fill_(float("nan"))  # what an uninitialised page may hold, at worst
     prompts = [list(range(5, 5 + n)) for n in (3, 17, 40, 9)]  # unequal lengths: padded block tables, stale tails
     ids = [engine.add_request(p, GREEDY) for p in prompts]
-    done = {}
-    while engine.has_work:
-        for event in engine.step():
-            if isinstance(event, Finished):
-                done[event.request_id] = event
+    done = {e.request_id: e for e in engine.run_until_done() if isinstance(e, Finished)}
     expected = [tuple(generate_dense(tiny_model.model, p, GREEDY)) for p in prompts]
     assert [tuple(done[i].output_ids) for i in ids] == expected
 

@@ -24,13 +24,14 @@ from llmchat.core.kvdisk.entry import BadEntry, BlockKey, BlockLayout, decode_en
 from llmchat.core.kvdisk.folder import entry_path, scan
 from llmchat.core.kvdisk.store import KVDiskStore
 from llmchat.core.api.params import SamplingParams
+from llmchat.core.text.prompt import prompt_ids_for
 
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
 SYSTEM = "You are a careful assistant. " * 12
 
 
 def chat_prompt(loaded, messages: list[dict]) -> list[int]:
-    return loaded.tokenizer.encode_chat(messages)
+    return prompt_ids_for(loaded.tokenizer, messages)
 
 
 def run(engine: LLMEngine, prompt_ids: list[int], params: SamplingParams = GREEDY) -> Finished:
@@ -228,6 +229,7 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a writer process killed mid-write, 10,000 entries
 def test_kill_9_while_writing_leaves_whole_entries_or_nothing(tmp_path):
     root = tmp_path / "kv"
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(root)], stdout=subprocess.PIPE, text=True)

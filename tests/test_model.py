@@ -11,6 +11,7 @@ import torch
 from llmchat.core.model.dense import DenseKV, generate_dense
 from llmchat.core.model.loader import load_model
 from llmchat.core.api.params import SamplingParams
+from llmchat.core.text.prompt import prompt_ids_for
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
@@ -36,7 +37,7 @@ def reference(default_gguf):
 
 
 def prompt_ids(loaded, question: str) -> list[int]:
-    return loaded.tokenizer.encode_chat([{"role": "user", "content": question}])
+    return prompt_ids_for(loaded.tokenizer, [{"role": "user", "content": question}])
 
 
 @pytest.mark.slow

@@ -224,6 +224,7 @@ def test_loopback_is_told_apart():
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2") and not is_loopback("example.org")
 
 
+@pytest.mark.slow  # `llmchat bench serve`: a server and its clients, in subprocesses
 def test_bench_serve_runs_concurrent_streaming_clients_without_errors(tiny_model_dir, tmp_path):
     import subprocess
 

@@ -439,18 +439,21 @@ def test_speculation_off_by_config_and_bad_values_refused(tiny_model):
 
 @pytest.mark.parametrize("argv, num_tokens", [
     ([], DEFAULT_SPECULATIVE_TOKENS),  # on by default
-    (["--speculative"], DEFAULT_SPECULATIVE_TOKENS),
-    (["--speculative", "--speculative-tokens", "6"], 6),
+    (["--speculative-tokens", "6"], 6),
     (["--speculative-tokens", "3"], 3),
     (["--draft-model", "some/folder"], DEFAULT_SPECULATIVE_TOKENS),
     (["--no-speculative"], 0),
-    (["--speculative", "--no-speculative"], 0),
     (["--speculative-tokens", "5", "--no-speculative"], 0),
     (["--speculative-tokens", "0"], 0),
 ])
 def test_speculative_flags_give_the_engine_config(argv, num_tokens):
     args = build_parser().parse_args(["ask", "q", *argv])
     assert engine_config(args).num_speculative_tokens == num_tokens
+
+
+def test_the_no_op_speculative_flag_is_gone():
+    with pytest.raises(SystemExit):  # (it was never read: speculation is on unless --no-speculative)
+        build_parser().parse_args(["ask", "q", "--speculative"])
 
 
 def test_speculation_with_the_disk_tier_writes_blocks_that_a_restart_reads_back_exactly(tiny_model, tmp_path):

@@ -60,9 +60,9 @@ def test_title_from_first_line():
 
 
 def turn(store: ChatStore, chat, text: str) -> tuple[Message, Message]:
-    user, reply = chat.start_turn(text)
-    store.add_messages(chat, user, reply)
-    return user, reply
+    """A turn's first step on a chat the store loaded: start_turn stores both messages itself."""
+    assert chat.store is store
+    return chat.start_turn(text)
 
 
 def test_chat_round_trip_after_reopen(tmp_path):
@@ -76,12 +76,10 @@ def test_chat_round_trip_after_reopen(tmp_path):
         chat.begin_reply(user, reply, token_ids[:40])
         chat.extend_reply(reply, token_ids[40:50])
         chat.finish_reply(reply, "Hi!", "done", "stop", metrics=m1)
-        store.finish_turn(chat, user, reply)
         user2, reply2 = turn(store, chat, "second")
         chat.begin_reply(user2, reply2, token_ids[:60])
         chat.extend_reply(reply2, token_ids[60:])
         chat.finish_reply(reply2, "cut", "stopped", "abort", metrics=m2)
-        store.finish_turn(chat, user2, reply2)
     with ChatStore(tmp_path) as store:
         back = store.load_chat(chat.chat_id)
     assert back.title == "Hello [bold]there[/bold]\x1b[31m"  # raw text kept; display sanitises
@@ -102,9 +100,7 @@ def test_streaming_reply_survives_a_crash_as_interrupted(tmp_path):
     chat = store.create_chat()
     user, reply = turn(store, chat, "tell me a story")
     chat.begin_reply(user, reply, [5, 6])
-    chat.extend_reply(reply, [7, 8])
-    reply.content = "Once upon"
-    store.save_progress(chat, reply)
+    chat.extend_reply(reply, [7, 8], "Once upon")
     store.close()  # no finish_turn: as if the process had died mid-reply
     with ChatStore(tmp_path) as store:
         back = store.load_chat(chat.chat_id)
@@ -121,7 +117,6 @@ def test_titles_rename_list_order_and_delete(tmp_path):
         assert store.load_chat(a.chat_id).title == "first question"
         assert [c.chat_id for c in store.list_chats()] == [a.chat_id, b.chat_id]  # a was active last
         b.rename("  My   chat ")
-        store.save_title(b)
         turn(store, b, "would have titled it")
         assert store.load_chat(b.chat_id).title == "My chat"
         assert [c.chat_id for c in store.list_chats()] == [b.chat_id, a.chat_id]
@@ -131,7 +126,7 @@ def test_titles_rename_list_order_and_delete(tmp_path):
         with pytest.raises(LookupError, match=str(a.chat_id)):
             store.load_chat(a.chat_id)
         with pytest.raises(LookupError):
-            store.save_title(a)
+            a.rename("gone")
         remaining = store._db.execute("SELECT COUNT(*) FROM messages WHERE chat_id = ?", (a.chat_id,)).fetchone()[0]
         assert remaining == 0  # messages went with their chat
 
@@ -142,14 +137,11 @@ def test_deleting_a_refused_first_turn_gives_the_title_back(tmp_path):
         user, reply = turn(store, chat, "way too long")
         assert store.load_chat(chat.chat_id).title == "way too long"
         chat.undo_turn(user, reply)
-        store.delete_messages(chat, user, reply)
         back = store.load_chat(chat.chat_id)
         assert back.title == DEFAULT_TITLE and back.messages == []
         chat.rename("mine")
-        store.save_title(chat)
         user, reply = turn(store, chat, "refused too")
         chat.undo_turn(user, reply)
-        store.delete_messages(chat, user, reply)
         assert store.load_chat(chat.chat_id).title == "mine"  # a title the user gave stays
 
 
@@ -173,10 +165,8 @@ def test_a_data_dir_of_the_previous_schema_opens_with_everything_intact(tmp_path
         assert second.title_auto is False and second.messages == []
         assert store.get_setting("theme") == "textual-light"
         user, reply = first.start_turn("and Spain?")  # the migrated chat goes on, with spans from now on
-        store.add_messages(first, user, reply)
         first.begin_reply(user, reply, first.token_ids + [7, 8])
         first.finish_reply(reply, "Madrid", "done", "stop")
-        store.finish_turn(first, user, reply)
     with ChatStore(tmp_path / "data") as store:
         again = store.load_chat(first.chat_id)
         assert again.messages[-2].token_span == (79, 81) and again.token_ids == list(range(1, 80)) + [7, 8]
@@ -271,7 +261,7 @@ def test_a_failed_commit_is_rolled_back_and_later_writes_land(tmp_path):
             turn(store, chat, "lost with its failed commit")
         assert not real.in_transaction, "the failed transaction was rolled back, not left open"
         store._db = real
-        chat.messages.clear()
+        assert chat.messages == [] and chat.title == DEFAULT_TITLE, "start_turn undid what the store refused"
         turn(store, chat, "kept")
     with ChatStore(tmp_path) as store:
         assert [m.content for m in store.load_chat(chat.chat_id).messages] == ["kept", ""]

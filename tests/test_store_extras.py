@@ -15,20 +15,19 @@ SETTINGS = ChatSettings("Be brief.", 0.8, 0.9, 64, top_k=40, seed=2**63 - 1, sto
 def test_extra_settings_and_model_survive_a_reopen_a_fork_and_an_import(tmp_path):
     with ChatStore(tmp_path) as store:
         chat = store.create_chat(SETTINGS)
-        store.save_model(chat.chat_id, "model-a")
-        store.update_settings(chat.chat_id, SETTINGS)  # (settings do not touch the model)
+        chat.adopt_model("model-a")
+        chat.update_settings(SETTINGS)  # (settings do not touch the model)
         plain = store.create_chat()
     with ChatStore(tmp_path) as store:
         loaded = store.load_chat(chat.chat_id)
         assert loaded.settings == SETTINGS and loaded.model_id == "model-a"
         assert store.load_chat(plain.chat_id).settings == ChatSettings() and store.load_chat(plain.chat_id).model_id is None
         user, reply = loaded.start_turn("hi")
-        store.add_messages(loaded, user, reply)
-        fork = store.add_chat(loaded.branch(user))
+        fork = loaded.branch(user)
         assert fork.settings == SETTINGS and fork.model_id == "model-a"
-        imported = store.import_chat(conversation_from_json(chat_json(loaded)))
+        imported = store.add_chat(conversation_from_json(chat_json(loaded)))
         assert imported.settings == SETTINGS and imported.model_id == "model-a"
-        store.update_settings(chat.chat_id, ChatSettings())
+        loaded.update_settings(ChatSettings())
         assert store.load_chat(chat.chat_id).settings == ChatSettings()
         store.delete_chat(chat.chat_id)
         left = store._db.execute("SELECT chat_id FROM chat_extras ORDER BY chat_id").fetchall()

@@ -19,6 +19,7 @@ from llmchat.core.model.dense import DenseKV, generate_dense
 from llmchat.core.model.loader import load_model
 from llmchat.core.api.params import SamplingParams
 from llmchat.kernels.linear import cpu_has_native_bf16
+from llmchat.core.text.prompt import prompt_ids_for
 
 GATE_TEXT = Path(__file__).parent / "data" / "gate_text.txt"
 GATE_PROMPTS = [
@@ -52,7 +53,7 @@ def text_nll(loaded, ids: list[int], rows_per_chunk: int = 256) -> float:
 
 def greedy_replies(loaded) -> list[tuple[int, ...]]:
     params = SamplingParams(temperature=0, max_tokens=REPLY_TOKENS, ignore_eos=True)
-    return [tuple(generate_dense(loaded.model, loaded.tokenizer.encode_chat([{"role": "user", "content": p}]), params))
+    return [tuple(generate_dense(loaded.model, prompt_ids_for(loaded.tokenizer, [{"role": "user", "content": p}]), params))
             for p in GATE_PROMPTS]
 
 

@@ -1,38 +1,32 @@
 """LlmChatApp: chats on the left, the conversation in the middle, the engine's panels on the right.
 
-The app owns the store (chats on disk), the bridge (the engine, loaded in a worker thread so the UI
-paints at once) and one ChatSession per chat; it routes engine messages to the turn manager and keeps
-the screen current. The actions on chats live in tui/actions.py; each has a command in the palette
-(Ctrl+P) and most have a key shown in the footer.
+The app owns the store (chats on disk), the bridge (the engine, loaded in a worker thread so the UI paints
+at once) and one ChatSession per chat; it routes engine messages to the turn manager and keeps the screen
+current. Its actions and turn views are mixins in tui/actions/; `llmchat` starts it from tui/run.py.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from textual import on
 from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
 from ..core.chats.conversation import ChatSettings
-from ..core.chats.store import ChatStore, DataDirInUse, default_data_dir
+from ..core.chats.store import ChatStore
 from .actions.chats import THEMES, ChatActions
 from .bridge import EngineBridge, default_engine_factory
 from .commands.config import chat_defaults, start_theme
 from .text.key_bindings import apply_config_keys, with_ids
 from .actions.cache_ops import ChatOps
 from .actions.model_switch import remember_model
+from .actions.turn_views import TurnViews
 from .messages import (
-    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
-    TurnFinished,
-    TurnRefused, TurnStarted,
-)
+    EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks)
 from .screens.chat import BannerView, ChatScreen
 from .session import ChatSession
 from .turns import TurnManager
@@ -50,7 +44,7 @@ NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
 
 
-class LlmChatApp(ChatOps, ChatActions, App):
+class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
@@ -242,63 +236,6 @@ class LlmChatApp(ChatOps, ChatActions, App):
         if self.ui_alive:
             self.show_engine_panels()
 
-    # -- turn messages (from TurnManager) ---------------------------------------------------
-    @on(TurnStarted)
-    async def show_turn_started(self, msg: TurnStarted) -> None:
-        if not self.ui_alive:
-            return
-        session, screen = msg.session, self.chat_screen
-        await self.refresh_chat_list()
-        if session.chat_id == self.current_id:
-            await screen.transcript.add_turn(session)
-            screen.show_banner(None)
-            self.show_header()
-            screen.panels.show_chat(session)
-
-    @on(TurnFinished)
-    async def show_turn_finished(self, msg: TurnFinished) -> None:
-        if not self.ui_alive:
-            return
-        session, screen = msg.session, self.chat_screen
-        self.ask_resident_blocks(force=True)
-        screen.chat_list.refresh_chat(session.chat_id)
-        if session.chat_id == self.current_id:
-            view = screen.transcript.reply_view(session.conversation.messages[-1])  # (its text: in finish())
-            if view is not None:
-                await self.guarded(view.finish())
-            if not self.ui_alive:  # the app closed during that await: its widgets are going
-                return
-            screen.show_banner(session.banner)
-            self.show_header()
-            screen.panels.show_chat(session)
-        elif session.banner is not None:
-            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="warning", timeout=6)
-
-    @on(TurnRefused)
-    async def show_turn_refused(self, msg: TurnRefused) -> None:
-        if not self.ui_alive:
-            return
-        session, text, screen = msg.session, msg.text, self.chat_screen
-        screen.chat_list.refresh_chat(session.chat_id)
-        self.show_engine_panels()
-        if session.chat_id == self.current_id:
-            screen.prompt.set_message(merged_draft(text, screen.prompt.message_text()))
-            screen.show_banner(session.banner)
-            screen.panels.show_chat(session)
-            self.show_header()
-            await screen.transcript.show(session)
-        else:  # back in that chat's draft, before whatever was typed there
-            self.drafts[session.chat_id] = merged_draft(text, self.drafts.get(session.chat_id, ""))
-            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8, markup=False)
-
-    @on(SaveFailed)
-    def show_save_failed(self, msg: SaveFailed) -> None:
-        now = time.monotonic()
-        if now - self._last_write_error > 10:  # once in a while, not per token
-            self._last_write_error = now
-            self.notify(f"Could not save to {msg.path}: {msg.error}. The chat goes on in memory.",
-                        severity="error", timeout=10, markup=False)
-
     # -- UI events --------------------------------------------------------------------------
     async def on_prompt_input_submitted(self, msg: PromptInput.Submitted) -> None:
         session = self.current
@@ -361,32 +298,3 @@ class LlmChatApp(ChatOps, ChatActions, App):
 
     async def on_unmount(self) -> None:
         await self.shutdown()
-
-
-def merged_draft(refused: str, typed: str) -> str:
-    """A refused message goes back into the input box, before what the user typed meanwhile: nothing is lost."""
-    return f"{refused}\n\n{typed}" if typed.strip() else refused
-
-
-def run_app(args: argparse.Namespace) -> int:
-    """`llmchat`: the app on args.data_dir (default: the user data dir), the engine as the flags ask
-    (--model, --device, --kv-cache-gb, --no-prefix-cache)."""
-    from .bridge import DEFAULT_MAX_NUM_SEQS
-    from .commands.cli import engine_config
-
-    config = engine_config(args, max_num_seqs=DEFAULT_MAX_NUM_SEQS)  # ValueError: a bad flag, said in one line
-    data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
-    factory = None
-    if getattr(args, "backend", None):  # a remote OpenAI-compatible server instead of the embedded engine
-        from .bridge import remote_engine_factory
-
-        factory = remote_engine_factory(args.backend, args.api_key, getattr(args, "model", None))
-    try:
-        app = LlmChatApp(data_dir, factory, model=getattr(args, "model", None), engine_config=config,
-                         user_config=getattr(args, "user_config", None),
-                         config_problem=getattr(args, "config_problem", None))
-    except DataDirInUse as e:
-        print(f"llmchat: {e}", file=sys.stderr)
-        return 2
-    app.run()
-    return app.return_code or 0

@@ -7,14 +7,16 @@ four chats streaming at once cost the UI one drain per frame, not one message pe
 """
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from textual.app import App
 
-from ..core.api.protocol import Backend, BackendInfo, Handle, Sink
+from ..core.api.protocol import Backend, BackendInfo, Handle, InspectableBackend, Sink
 from ..core.config import model_label
 from .messages import (EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported,
                                   ResidentBlocks)
@@ -82,6 +84,7 @@ class EngineBridge:
         self.app = app
         self.factory = factory
         self.service: Backend | None = None
+        self.inspect: InspectableBackend | None = None  # the same backend, when it is the in-process engine
         self.info: BackendInfo | None = None
         self._lock = threading.Lock()
         self._items: list[StreamItem] = []
@@ -99,13 +102,14 @@ class EngineBridge:
         service = factory(lambda line: self.app.post_message(EngineProgress(line)), self._sink)
         self.factory = factory
         self.info = service.info()
+        self.inspect = service if isinstance(service, InspectableBackend) else None  # (asked once, here)
         self.service = service
         self.app.post_message(EngineReady(self.info))
 
     def unload(self) -> None:
         """Blocking: shut the backend down (what is in flight is aborted) and let go of it: not ready until
         the next load. One model at a time: the next one loads only after this one is gone."""
-        service, self.service, self.info = self.service, None, None
+        service, self.service, self.inspect, self.info = self.service, None, None, None
         if service is not None:
             service.shutdown()
 
@@ -146,17 +150,26 @@ class EngineBridge:
         except RuntimeError:  # shut down
             return False
         future.add_done_callback(lambda f: f.exception() is None and self.app.post_message(ResidentBlocks(f.result())))
-        prefix_tiers = getattr(self.service, "prefix_tiers", None)  # an optional part of the protocol
-        if prefix_tiers is not None:
-            prefix_tiers().add_done_callback(
+        if self.inspect is not None:
+            self.inspect.prefix_tiers().add_done_callback(
                 lambda f: f.exception() is None and self.app.post_message(PrefixTiersReported(f.result())))
         return True
 
     def remember(self, conversation_id: int, token_ids: list[int]) -> None:
         """Tell the backend about a chat from an earlier run, so its prefix's tiers can be shown before it speaks."""
-        remember = getattr(self.service, "remember", None)
-        if remember is not None and token_ids:
-            remember(conversation_id, token_ids)
+        if self.inspect is not None and token_ids:
+            self.inspect.remember(conversation_id, token_ids)
+
+    async def ask(self, call: Callable[[InspectableBackend], Future]) -> object | None:
+        """Await one inspection call (`lambda backend: backend.block_map()`); None when the backend is no
+        in-process engine, is not ready, or shut down meanwhile. A screen that awaits it checks that it is
+        still attached before it uses the answer."""
+        if self.inspect is None:
+            return None
+        try:
+            return await asyncio.wrap_future(call(self.inspect))
+        except RuntimeError:  # the engine shut down
+            return None
 
     def stats(self) -> "EngineStats | None":
         return self.service.stats() if self.service is not None else None

@@ -49,12 +49,9 @@ class TurnManager:
         """Start a turn (why_not_send must be None): store the message, submit the conversation. False: the
         store refused the write (SaveFailed is posted) and nothing was started."""
         assert self.bridge.ready and not session.busy
-        chat = session.conversation
-        user, reply = chat.start_turn(text)
         try:
-            self.store.add_messages(chat, user, reply)
+            user, reply = session.conversation.start_turn(text)  # (stored; undone if the store refuses)
         except sqlite3.Error as e:
-            chat.undo_turn(user, reply)
             self.post(SaveFailed(self.store.path, str(e)))
             return False
         return self._submit(session, user, reply)
@@ -62,48 +59,23 @@ class TurnManager:
     def resend(self, session: ChatSession) -> bool:
         """Answer the chat's last message again (a regenerate: its last reply was dropped). False: not stored."""
         assert self.bridge.ready and not session.busy
-        chat = session.conversation
-        user, reply = chat.start_reply()
         try:
-            self.store.add_messages(chat, reply)
+            user, reply = session.conversation.start_reply()
         except sqlite3.Error as e:
-            chat.messages.remove(reply)
             self.post(SaveFailed(self.store.path, str(e)))
             return False
         return self._submit(session, user, reply)
 
     def _submit(self, session: ChatSession, user, reply) -> bool:
         chat = session.conversation
-        self._adopt_loaded_model(chat)
+        if self.bridge.info is not None and self.bridge.info.model_id is not None:
+            self._write(chat.adopt_model, self.bridge.info.model_id)  # ids of another model are dropped
         session.turn = Turn(user, reply)
         session.banner = None
-        session.turn.handle = self.bridge.submit(session.chat_id, chat, self.params_of(session))
+        session.turn.handle = self.bridge.submit(session.chat_id, chat, session.settings.sampling_params())
         self.by_handle[session.turn.handle.handle_id] = session
         self.post(TurnStarted(session))
         return True
-
-    def _adopt_loaded_model(self, chat) -> None:
-        """The chat's ids become the loaded model's: a chat whose ids are of another model (a model switch) is
-        tokenized afresh from its text, and the chat is marked as of the loaded model from this turn on."""
-        model_id = self.bridge.info.model_id if self.bridge.info is not None else None
-        if model_id is None or chat.model_id == model_id:
-            return
-        try:
-            if chat.model_id is not None:
-                chat.forget_ids()
-                self.store.truncate(chat, [])
-            chat.model_id = model_id
-            self.store.save_model(chat.chat_id, model_id)
-        except sqlite3.Error as e:
-            self.post(SaveFailed(self.store.path, str(e)))
-
-    @staticmethod
-    def params_of(session: ChatSession):
-        from ..core.api.params import SamplingParams
-
-        s = session.settings
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, top_k=s.top_k,
-                              seed=s.seed, stop=s.stop)
 
     # -- stop -------------------------------------------------------------------------------
     def cancel(self, session: ChatSession) -> bool:
@@ -130,7 +102,7 @@ class TurnManager:
                 self._finish(session, event)
             elif isinstance(event, Started):
                 turn.prompt_ids = list(event.prompt_ids)
-                session.conversation.begin_reply(turn.user, turn.reply, turn.prompt_ids)
+                self._write(session.conversation.begin_reply, turn.user, turn.reply, turn.prompt_ids)
             else:
                 turn.add_text(event.text, event.drafted)
                 turn.output_ids.extend(event.token_ids)
@@ -139,9 +111,7 @@ class TurnManager:
             turn = session.turn
             if turn is not None and turn.prompt_ids is not None and now - turn.last_saved >= SAVE_EVERY_S:
                 turn.last_saved = now
-                session.conversation.extend_reply(turn.reply, turn.output_ids)
-                turn.reply.content = turn.text
-                self._write(self.store.save_progress, session.conversation, turn.reply)
+                self._write(session.conversation.extend_reply, turn.reply, turn.output_ids, turn.text)
 
     # -- finish -----------------------------------------------------------------------------
     def _finish(self, session: ChatSession, finished: "Finished | None") -> None:
@@ -152,16 +122,16 @@ class TurnManager:
             self._refuse(session, f"Not sent: {finished.error}.")
             return
         chat = session.conversation
-        if turn.prompt_ids is not None:
-            chat.extend_reply(turn.reply, list(finished.output_ids) if finished else turn.output_ids)
-        if finished is None:
-            chat.finish_reply(turn.reply, turn.text, "interrupted" if self.closing else "stopped", "abort")
+        output_ids = None if turn.prompt_ids is None else list(finished.output_ids) if finished else turn.output_ids
+        if finished is None:  # (each finish_reply is committed before anyone is told)
+            self._write(chat.finish_reply, turn.reply, turn.text, "interrupted" if self.closing else "stopped",
+                        "abort", None, None, output_ids)
         else:
             reason = finished.reason.value
             status = "interrupted" if self.closing and reason == "abort" else STATUS_OF_REASON[reason]
-            chat.finish_reply(turn.reply, finished.text, status, reason, finished.error, finished.metrics)
             turn.reply.explanation = finished.explanation
-        self._write(self.store.finish_turn, chat, turn.user, turn.reply)  # committed before anyone is told
+            self._write(chat.finish_reply, turn.reply, finished.text, status, reason, finished.error,
+                        finished.metrics, output_ids)
         session.turn = None
         session.banner = self._banner_after(session, finished)
         self.post(TurnFinished(session))
@@ -185,9 +155,7 @@ class TurnManager:
     def _refuse(self, session: ChatSession, why: str) -> None:
         """The backend refused the prompt: the turn is undone and the message goes back to the input."""
         turn = session.turn
-        chat = session.conversation
-        chat.undo_turn(turn.user, turn.reply)
-        self._write(self.store.delete_messages, chat, turn.user, turn.reply)
+        self._write(session.conversation.undo_turn, turn.user, turn.reply)
         session.turn = None
         session.banner = Banner("error", f"{why} Your message is back in the input box; nothing was truncated.")
         self.post(TurnRefused(session, turn.user.content))

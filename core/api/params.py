@@ -57,3 +57,6 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+
+DEFAULT_SAMPLING = SamplingParams()  # the one home of the sampling defaults (chats, ask, config, serve)

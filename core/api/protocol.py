@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # (so that the UI can import this module without loading torch)
     from ..chats.conversation import Conversation
@@ -61,9 +61,29 @@ class Backend(Protocol):
 
     def info(self) -> BackendInfo: ...
 
-    # Optional (the UI checks with getattr): where each conversation's prefix is across the cache's tiers.
-    # def prefix_tiers(self) -> Future: {conversation id: metrics.PrefixTiers}
-    # def remember(self, conversation_id: int, token_ids: list[int]) -> None: a conversation from before a restart
-
     def shutdown(self) -> None:
         """Abort what is in flight (each gets its Finished), then stop."""
+
+
+@runtime_checkable
+class InspectableBackend(Backend, Protocol):
+    """What only the in-process engine offers (core/backends/service.py): its blocks, tiers and facts. The UI
+    asks `isinstance(backend, InspectableBackend)` once, when the backend is ready, and never probes names.
+    Each call answers through a Future (read on the engine's thread); a shut-down backend's raises RuntimeError."""
+
+    def prefix_tiers(self) -> Future:
+        """{conversation id: metrics.PrefixTiers}: of its prefix's full blocks, how many are resident, how many
+        only on disk."""
+
+    def remember(self, conversation_id: int, token_ids: list[int]) -> None:
+        """Let prefix_tiers() report a conversation this backend has not answered yet (one from before a restart)."""
+
+    def block_map(self) -> Future:
+        """A BlockMap of every KV block (core/inspect/block_map.py)."""
+
+    def facts(self, copy_gb_s: float | None = None) -> Future:
+        """EngineFacts (core/inspect/engine_facts.py): the live numbers of the misconceptions screen."""
+
+    def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
+        """A CacheCheck (core/inspect/cache_check.py): `prompt_ids` continued greedily for `num_tokens` with the
+        prefix cache and without it, the two outputs compared."""

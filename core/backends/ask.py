@@ -31,14 +31,13 @@ class AskStream:
     def __iter__(self) -> Iterator[str]:
         self.engine.add_request(self.prompt_ids, self.params)
         try:
-            while self.engine.has_work:
-                for event in self.engine.step():
-                    if isinstance(event, TextDelta) and event.text:
-                        yield event.text
-                    elif isinstance(event, Finished):
-                        if event.error:
-                            raise ValueError(event.error)
-                        self.metrics = dataclasses.replace(event.metrics, load_seconds=self.load_seconds)
+            for event in self.engine.run_until_done():
+                if isinstance(event, TextDelta) and event.text:
+                    yield event.text
+                elif isinstance(event, Finished):
+                    if event.error:
+                        raise ValueError(event.error)
+                    self.metrics = dataclasses.replace(event.metrics, load_seconds=self.load_seconds)
         finally:
             self.engine.close()  # the disk tier's writes land before the process exits
 

@@ -177,9 +177,6 @@ class RemoteBackend:
         return self._info
 
     @property
-    def server_figures(self) -> ServerFigures:
-        return self._figures
-
     def shutdown(self, timeout: float = 5.0) -> None:
         self._stopped.set()
         with self._lock:

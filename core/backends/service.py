@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 
 from ..inspect.block_map import block_map_of
+from ..inspect.cache_check import check_cache
 from ..api.explanation import PromptContext
 from ..chats.conversation import Conversation
 from ..engine.engine import LLMEngine
@@ -147,6 +148,21 @@ class EngineService:
         """Let prefix_tiers() report a conversation this engine has not answered yet (a chat from before a restart)."""
         ids = list(token_ids)
         self._call(lambda engine: engine.adopt_chain(conversation_id, ids))
+
+    def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
+        """A CacheCheck (core/inspect/cache_check.py), run on a short thread of its own: it waits for two
+        ordinary requests of this engine, so other chats go on meanwhile."""
+        future: Future = Future()
+        ids, tokenizer = list(prompt_ids), self.engine.tokenizer
+
+        def run() -> None:
+            try:
+                future.set_result(check_cache(self.submit_ids, ids, num_tokens, lambda i: tokenizer.decode([i])))
+            except BaseException as e:  # noqa: BLE001 - handed to whoever awaits the future
+                future.set_exception(e)
+
+        threading.Thread(target=run, name="llmchat-cache-check", daemon=True).start()
+        return future
 
     def _call(self, fn: Callable[[LLMEngine], object]) -> Future:
         future: Future = Future()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from .bench import WORDS, Results
+from .common import WORDS, Results
 
 
 @dataclass(frozen=True, slots=True)

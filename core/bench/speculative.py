@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from ..api.metrics import median
 from ..text.prompt import prompt_ids_for
 from ..api.params import SamplingParams
+from .common import run_all
 
 if TYPE_CHECKING:
     from .bench import Bench
@@ -78,8 +79,6 @@ PLAIN_REQUEST = "Tell me about the history of tea."
 
 
 def run_speculative(bench: "Bench") -> None:
-    from .bench import run_all  # here: core/bench imports this module
-
     tokenizer = bench.loaded.tokenizer
 
     def ids_of(request: str) -> list[int]:

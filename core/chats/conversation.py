@@ -5,14 +5,21 @@ copy of their state. A conversation keeps every token id it fed the model and go
 (`token_ids`), and each message the span `[start, end)` of those ids it added: a user message spans
 the template text its turn added (role header, the text, the generation prompt), a reply spans its
 generated ids. So a later edit, regenerate or fork at any message knows the prefix that stays valid.
+
+A conversation change persists itself: a conversation loaded from a store (ChatStore.load_chat) holds it,
+and each operation below changes memory and makes one store call, so memory and disk cannot drift. A
+conversation made here (bench, serve, tests) holds none, and the same operations only change memory. When
+the store call raises, start_turn and start_reply undo their change; the others keep it in memory.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from ..api.explanation import CacheExplanation
 from ..api.metrics import RequestMetrics
+from ..api.params import DEFAULT_SAMPLING, SamplingParams
 
 DEFAULT_TITLE = "New chat"
 TITLE_MAX_CHARS = 48
@@ -39,12 +46,17 @@ MAX_SEED = (1 << 63) - 1  # what a SQLite INTEGER holds
 @dataclass(slots=True)
 class ChatSettings:
     system_prompt: str | None = None  # None: the model's default system prompt
-    temperature: float = 0.7
-    top_p: float = 1.0
-    max_tokens: int = 512
-    top_k: int = 0  # 0: off
-    seed: int | None = None  # None: a fresh random stream per reply
-    stop: tuple[str, ...] = ()  # the reply ends before the first of these (never shown)
+    temperature: float = DEFAULT_SAMPLING.temperature
+    top_p: float = DEFAULT_SAMPLING.top_p
+    max_tokens: int = DEFAULT_SAMPLING.max_tokens
+    top_k: int = DEFAULT_SAMPLING.top_k  # 0: off
+    seed: int | None = DEFAULT_SAMPLING.seed  # None: a fresh random stream per reply
+    stop: tuple[str, ...] = DEFAULT_SAMPLING.stop  # the reply ends before the first of these (never shown)
+
+    def sampling_params(self) -> SamplingParams:
+        """What a turn of this chat is sampled with."""
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+                              top_k=self.top_k, seed=self.seed, stop=self.stop)
 
 
 @dataclass(slots=True)
@@ -64,6 +76,20 @@ class Message:
     draft_spans: list[tuple[int, int]] = field(default_factory=list)
 
 
+class ChatWriter(Protocol):
+    """The store calls of the operations below, one per operation (core/chats/store.py implements it)."""
+
+    def add_messages(self, conversation: "Conversation", *messages: Message) -> None: ...
+    def delete_messages(self, conversation: "Conversation", *messages: Message) -> None: ...
+    def truncate(self, conversation: "Conversation", removed: list[Message]) -> None: ...
+    def save_ids(self, conversation: "Conversation") -> None: ...
+    def save_progress(self, conversation: "Conversation", reply: Message) -> None: ...
+    def finish_turn(self, conversation: "Conversation", reply: Message) -> None: ...
+    def save_title(self, conversation: "Conversation") -> None: ...
+    def update_settings(self, chat_id: int, settings: ChatSettings) -> None: ...
+    def add_chat(self, conversation: "Conversation") -> "Conversation": ...
+
+
 @dataclass(slots=True)
 class Conversation:
     chat_id: int
@@ -75,6 +101,7 @@ class Conversation:
     token_ids: list[int] = field(default_factory=list)  # everything fed to and produced by the model so far
     messages: list[Message] = field(default_factory=list)
     model_id: str | None = None  # the model its token_ids are of (BackendInfo.model_id); None: not known yet
+    store: ChatWriter | None = field(default=None, repr=False, compare=False)  # None: kept in memory only
 
     # -- the title rule ---------------------------------------------------------------------
     def retitle(self) -> None:
@@ -88,6 +115,14 @@ class Conversation:
         if not title:
             raise ValueError("a chat title cannot be empty")
         self.title, self.title_auto = title, False
+        if self.store is not None:
+            self.store.save_title(self)
+
+    def update_settings(self, settings: ChatSettings) -> None:
+        """New settings (they apply from the next turn)."""
+        if self.store is not None:
+            self.store.update_settings(self.chat_id, settings)
+        self.settings = settings
 
     # -- turns ------------------------------------------------------------------------------
     def start_turn(self, text: str) -> tuple[Message, Message]:
@@ -96,13 +131,8 @@ class Conversation:
         self.messages += [user, reply]
         self.updated_at = time.time()
         self.retitle()
+        self._added_or_undone(user, reply)
         return user, reply
-
-    def undo_turn(self, user: Message, reply: Message) -> None:
-        """A turn that never ran (the engine refused its prompt): both messages go, the title follows."""
-        for m in (user, reply):
-            self.messages.remove(m)
-        self.retitle()
 
     def start_reply(self) -> tuple[Message, Message]:
         """A new streaming reply to the last message (a user message whose reply was dropped); returns both."""
@@ -110,44 +140,78 @@ class Conversation:
         reply = Message("assistant", "", status="streaming")
         self.messages.append(reply)
         self.updated_at = time.time()
+        self._added_or_undone(reply)
         return self.messages[-2], reply
+
+    def _added_or_undone(self, *added: Message) -> None:
+        """Store the messages just appended; if the store refuses, they go again (and the error is raised)."""
+        if self.store is None:
+            return
+        try:
+            self.store.add_messages(self, *added)
+        except BaseException:
+            self.messages = [m for m in self.messages if all(m is not a for a in added)]
+            self.retitle()
+            raise
+
+    def undo_turn(self, user: Message, reply: Message) -> None:
+        """A turn that never ran (the engine refused its prompt): both messages go, the title follows."""
+        for m in (user, reply):
+            self.messages.remove(m)
+        self.retitle()
+        if self.store is not None:
+            self.store.delete_messages(self, user, reply)
 
     # -- branches: each keeps the exact ids before the point it changes ---------------------
     def cut_at(self, message: Message) -> list[Message]:
         """Remove `message` and every message after it; returns them. The chat keeps the exact ids before it
         (all of them when its span is unknown: then the next prompt is tokenized afresh)."""
-        i = self.messages.index(message)
-        removed = self.messages[i:]
-        del self.messages[i:]
-        self.token_ids = self.token_ids[: message.token_span[0]] if message.token_span is not None else []
-        self.updated_at = time.time()
-        self.retitle()
-        return removed
+        return self._cut(message, message)
 
     def drop_last_reply(self) -> Message:
         """For a regenerate: the last reply goes, and the ids go back to the start of its user message, so the
         next prompt re-renders that message to the very same ids."""
         reply = self.messages[-1]
         assert reply.role == "assistant" and len(self.messages) >= 2, "the chat ends with a reply"
-        user = self.messages[-2]
-        self.cut_at(reply)
-        self.token_ids = self.token_ids[: user.token_span[0]] if user.token_span is not None else []
+        self._cut(reply, self.messages[-2])
         return reply
 
-    def branch(self, upto: Message, chat_id: int = 0) -> "Conversation":
-        """A copy of this chat up to and including `upto`, with the exact ids up to its end (a fork)."""
-        i = self.messages.index(upto)
+    def _cut(self, message: Message, keep_ids_before: Message) -> list[Message]:
+        i = self.messages.index(message)
+        removed = self.messages[i:]
+        del self.messages[i:]
+        span = keep_ids_before.token_span
+        self.token_ids = self.token_ids[: span[0]] if span is not None else []
+        self.updated_at = time.time()
+        self.retitle()
+        if self.store is not None:
+            self.store.truncate(self, removed)
+        return removed
+
+    def branch(self, upto: Message | None, title: str | None = None) -> "Conversation":
+        """A copy of this chat up to and including `upto` (None: no messages yet, titled by its first one), with
+        the exact ids up to its end: a fork, stored as a new chat when this one is stored (the stored copy is
+        returned)."""
+        i = self.messages.index(upto) if upto is not None else -1
         messages = [Message(m.role, m.content, m.status, m.finish_reason, m.error, m.metrics, m.created_at, None,
                             m.token_span) for m in self.messages[: i + 1]]
-        end = upto.token_span[1] if upto.token_span is not None else 0
-        return Conversation(chat_id, f"{self.title} (fork)", False, settings=replace(self.settings),
+        end = upto.token_span[1] if upto is not None and upto.token_span is not None else 0
+        fork = Conversation(0, title or f"{self.title} (fork)", upto is None, settings=replace(self.settings),
                             token_ids=self.token_ids[:end], messages=messages, model_id=self.model_id)
+        return self.store.add_chat(fork) if self.store is not None else fork
 
-    def forget_ids(self) -> None:
-        """Drop the ids (they are of another model): the next prompt is tokenized afresh from the messages."""
-        self.token_ids = []
-        for m in self.messages:
-            m.token_span = None
+    def adopt_model(self, model_id: str) -> None:
+        """The chat's ids become `model_id`'s: ids of another model are dropped (the next prompt is tokenized
+        afresh from the messages), and the chat is marked as of this model from now on."""
+        if self.model_id == model_id:
+            return
+        if self.model_id is not None:
+            self.token_ids = []
+            for m in self.messages:
+                m.token_span = None
+        self.model_id = model_id
+        if self.store is not None:
+            self.store.save_ids(self)
 
     def begin_reply(self, user: Message, reply: Message, prompt_ids: list[int]) -> None:
         """The engine took the turn's prompt: this chat's ids, then what the user's message added."""
@@ -158,19 +222,33 @@ class Conversation:
                 m.token_span = None
         self.token_ids = list(prompt_ids)
         reply.token_span = (len(prompt_ids), len(prompt_ids))
+        if self.store is not None:
+            self.store.save_ids(self)
 
-    def extend_reply(self, reply: Message, output_ids: list[int]) -> None:
-        """The reply's generated ids so far (all of them, not just the new ones)."""
-        assert reply.token_span is not None, "begin_reply first"
-        start = reply.token_span[0]
-        self.token_ids = self.token_ids[:start] + list(output_ids)
-        reply.token_span = (start, start + len(output_ids))
+    def extend_reply(self, reply: Message, output_ids: list[int], text: str | None = None) -> None:
+        """The reply so far: its generated ids (all of them, not just the new ones) and its text (None: as is)."""
+        self._set_output(reply, output_ids, text)
+        if self.store is not None:
+            self.store.save_progress(self, reply)
+
+    def _set_output(self, reply: Message, output_ids: list[int] | None, text: str | None) -> None:
+        if output_ids is not None:
+            assert reply.token_span is not None, "begin_reply first"
+            start = reply.token_span[0]
+            self.token_ids = self.token_ids[:start] + list(output_ids)
+            reply.token_span = (start, start + len(output_ids))
+        if text is not None:
+            reply.content = text
 
     def finish_reply(self, reply: Message, content: str, status: str, finish_reason: str | None,
-                     error: str | None = None, metrics: RequestMetrics | None = None) -> None:
+                     error: str | None = None, metrics: RequestMetrics | None = None,
+                     output_ids: list[int] | None = None) -> None:
+        """The reply's final state (and its generated ids, when given: every one of them)."""
         assert status in STATUSES
-        reply.content, reply.status, reply.finish_reason = content, status, finish_reason
-        reply.error, reply.metrics = error, metrics
+        self._set_output(reply, output_ids, content)
+        reply.status, reply.finish_reason, reply.error, reply.metrics = status, finish_reason, error, metrics
+        if self.store is not None:
+            self.store.finish_turn(self, reply)
 
     # -- what the model is sent -------------------------------------------------------------
     def template_messages(self, upto: Message | None = None) -> list[dict]:

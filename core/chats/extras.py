@@ -11,6 +11,7 @@ import json
 import sqlite3
 
 from .conversation import ChatSettings
+from .schema import has_table
 
 TABLE = "chat_extras"
 _SCHEMA = f"""
@@ -27,10 +28,6 @@ def ensure_table(db: sqlite3.Connection) -> None:
     db.execute(_SCHEMA)
 
 
-def has_table(db: sqlite3.Connection) -> bool:
-    return db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (TABLE,)).fetchone() is not None
-
-
 def save_settings(db: sqlite3.Connection, chat_id: int, s: ChatSettings) -> None:
     """The extra settings of one chat (its model_id, if any, stays)."""
     db.execute(f"INSERT INTO {TABLE} (chat_id, top_k, seed, stop) VALUES (?, ?, ?, ?) ON CONFLICT(chat_id) DO"
@@ -45,7 +42,7 @@ def save_model(db: sqlite3.Connection, chat_id: int, model_id: str | None) -> No
 
 def load(db: sqlite3.Connection, chat_id: int, settings: ChatSettings) -> str | None:
     """Fill `settings` with the chat's extra settings; returns its model_id (None: not known)."""
-    if not has_table(db):  # (a read-only look at a file this llmchat never opened for writing)
+    if not has_table(db, TABLE):  # (a read-only look at a file this llmchat never opened for writing)
         return None
     row = db.execute(f"SELECT top_k, seed, stop, model_id FROM {TABLE} WHERE chat_id = ?", (chat_id,)).fetchone()
     if row is None:

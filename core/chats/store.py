@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import schema
+from .dirlock import DataDirInUse, lock_data_dir
 from . import search as chat_search
 from .conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
 from . import extras as store_extras
@@ -26,42 +28,7 @@ from .rows import (
     conversation_from_row, ids_to_blob, message_from_row, metrics_to_json, span_columns,
 )
 
-SCHEMA_VERSION = 2  # 2: messages.token_start/token_end (the span of the chat's ids a message added)
 DB_NAME = "chats.sqlite3"
-LOCK_NAME = "llmchat.lock"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS chats (
-    chat_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    title TEXT NOT NULL,
-    title_auto INTEGER NOT NULL,         -- 1: follows the first user message, 0: renamed by the user
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    system_prompt TEXT,                  -- NULL: the model default
-    temperature REAL NOT NULL,
-    top_p REAL NOT NULL,
-    max_tokens INTEGER NOT NULL,
-    token_ids BLOB NOT NULL              -- int32 little-endian: every id fed to and produced by the model
-);
-CREATE TABLE IF NOT EXISTS messages (
-    message_id INTEGER PRIMARY KEY AUTOINCREMENT,
-    chat_id INTEGER NOT NULL REFERENCES chats(chat_id) ON DELETE CASCADE,
-    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
-    content TEXT NOT NULL,
-    status TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    finish_reason TEXT,
-    error TEXT,
-    metrics TEXT,                        -- JSON of RequestMetrics (NaN as null), assistant turns only
-    token_start INTEGER,                 -- [token_start, token_end) of chats.token_ids, NULL if not known
-    token_end INTEGER
-);
-CREATE INDEX IF NOT EXISTS messages_by_chat ON messages (chat_id, message_id);
-"""
-_MIGRATIONS = {  # from version N to N + 1
-    1: ["ALTER TABLE messages ADD COLUMN token_start INTEGER", "ALTER TABLE messages ADD COLUMN token_end INTEGER"],
-}
 
 
 def default_data_dir() -> Path:
@@ -69,10 +36,6 @@ def default_data_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("llmchat"))
-
-
-class DataDirInUse(RuntimeError):
-    """Another llmchat has this data dir open."""
 
 
 @dataclass(slots=True)
@@ -98,7 +61,7 @@ class ChatStore:
             self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         else:
             self.data_dir.mkdir(parents=True, exist_ok=True)
-            self._acquire_dir_lock()
+            self._lock_fd = lock_data_dir(self.data_dir)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys = ON")
@@ -112,29 +75,10 @@ class ChatStore:
             with self._tx() as db:
                 self.search_uses_fts = chat_search.ensure_index(db)  # False: a LIKE scan (no FTS5 here)
         else:
-            self._check_version()
+            schema.check_version(self._db, self.path)
             self.search_uses_fts = chat_search.index_in_step(self._db)
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _acquire_dir_lock(self) -> None:
-        try:
-            import fcntl
-        except ImportError:  # no flock (Windows): WAL keeps writes safe; two apps may still interleave
-            return
-        fd = os.open(self.data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise DataDirInUse(
-                f"{self.data_dir} is in use by another llmchat (pid {holder}); "
-                "close that one, or start this one with --data-dir OTHER_DIR"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
-
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
@@ -172,35 +116,11 @@ class ChatStore:
         with self._tx():
             yield
 
-    def _check_version(self) -> int:
-        row = self._db.execute(
-            "SELECT value FROM meta WHERE key = 'schema_version'"
-        ).fetchone() if self._has_table("meta") else None
-        version = int(row[0]) if row else 0
-        if version > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"{self.path} was written by a newer llmchat (schema {version}); upgrade llmchat to open it"
-            )
-        return version
-
-    def _has_table(self, name: str) -> bool:
-        return self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
-
     def _migrate(self) -> None:
         """A new file gets the schema; an older one is brought up to date in place, in one transaction."""
-        version = self._check_version()
-        if version == SCHEMA_VERSION:
-            return
-        with self._tx() as db:
-            if version == 0 or not self._has_table("chats"):
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-            else:
-                for v in range(version, SCHEMA_VERSION):
-                    for statement in _MIGRATIONS[v]:
-                        db.execute(statement)
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        if schema.check_version(self._db, self.path) != schema.SCHEMA_VERSION:
+            with self._tx() as db:
+                schema.migrate(db, self.path)
 
     def _recover_interrupted(self) -> None:
         """A reply still 'streaming' at open belonged to an app that died: keep it, marked interrupted."""
@@ -231,10 +151,6 @@ class ChatStore:
                                                          settings or ChatSettings()))
         return self.load_chat(chat_id)
 
-    def import_chat(self, record: Conversation) -> Conversation:
-        """A whole chat from elsewhere (an export): its settings, ids and messages, in one transaction."""
-        return self.add_chat(record)
-
     def list_chats(self) -> list[ChatSummary]:
         """Every chat, most recently active first."""
         with self._lock:
@@ -255,6 +171,7 @@ class ChatStore:
             ).fetchall()
             conversation = conversation_from_row(row, [message_from_row(r) for r in rows])
             conversation.model_id = store_extras.load(self._db, chat_id, conversation.settings)
+        conversation.store = self  # its changes persist themselves from now on
         return conversation
 
     def save_title(self, conversation: Conversation) -> None:
@@ -276,11 +193,6 @@ class ChatStore:
                 (s.system_prompt, s.temperature, s.top_p, s.max_tokens, chat_id),
             ), chat_id)
             store_extras.save_settings(db, chat_id, s)
-
-    def save_model(self, chat_id: int, model_id: str | None) -> None:
-        """The model the chat's token ids are of (set when a turn runs on a model)."""
-        with self._tx() as db:
-            store_extras.save_model(db, chat_id, model_id)
 
     @staticmethod
     def _require(cur: sqlite3.Cursor, chat_id: int) -> None:
@@ -345,6 +257,17 @@ class ChatStore:
              metrics_to_json(m.metrics), *span_columns(m)),
         ).lastrowid
 
+    def save_ids(self, conversation: Conversation) -> None:
+        """The chat's ids, every message's span of them and the model they are of (a turn's prompt taken, a
+        model switch), in one transaction."""
+        with self._tx() as db:
+            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
+                       (ids_to_blob(conversation.token_ids), conversation.chat_id))
+            db.executemany("UPDATE messages SET token_start = ?, token_end = ? WHERE message_id = ?",
+                           [(*span_columns(m), m.message_id) for m in conversation.messages
+                            if m.message_id is not None])
+            store_extras.save_model(db, conversation.chat_id, conversation.model_id)
+
     def save_progress(self, conversation: Conversation, reply: Message) -> None:
         """A reply so far and the chat's ids so far (prompt + output), together: a crash keeps both."""
         with self._tx() as db:
@@ -353,12 +276,10 @@ class ChatStore:
             db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
                        (ids_to_blob(conversation.token_ids), conversation.chat_id))
 
-    def finish_turn(self, conversation: Conversation, user: Message, reply: Message) -> None:
-        """The final state of a turn (the reply's content, status, metrics; both spans) and the chat's ids."""
+    def finish_turn(self, conversation: Conversation, reply: Message) -> None:
+        """The final state of a reply (its content, status, metrics, span) and the chat's ids."""
         assert reply.message_id is not None and reply.status in STATUSES
         with self._tx() as db:
-            db.execute("UPDATE messages SET token_start = ?, token_end = ? WHERE message_id = ?",
-                       (*span_columns(user), user.message_id))
             db.execute(
                 "UPDATE messages SET content = ?, status = ?, finish_reason = ?, error = ?, metrics = ?,"
                 " token_start = ?, token_end = ? WHERE message_id = ?",

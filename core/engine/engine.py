@@ -5,7 +5,7 @@ import hashlib
 import itertools
 import json
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
@@ -140,6 +140,11 @@ class LLMEngine:
     @property
     def has_work(self) -> bool:
         return bool(self._pending) or self.scheduler.has_work
+
+    def run_until_done(self) -> Iterator[EngineEvent]:
+        """Step until every request is done (one-shot commands, benchmarks, tests), yielding each event."""
+        while self.has_work:
+            yield from self.step()
 
     # -- the step ---------------------------------------------------------------------------
     def step(self) -> list[EngineEvent]:

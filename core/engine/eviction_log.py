@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
 
 from ..api.metrics import now
 
@@ -26,10 +25,6 @@ class EvictionLog:
 
     def evicted_at(self, block_hash: bytes) -> float | None:
         return self._evicted_at.get(block_hash)
-
-    def times(self, hashes: Iterable[bytes]) -> list[float]:
-        """When each of these blocks was evicted, for those the log remembers."""
-        return [t for h in hashes if (t := self._evicted_at.get(h)) is not None]
 
     def __len__(self) -> int:
         return len(self._evicted_at)

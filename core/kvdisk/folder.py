@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from ..api.metrics import DiskCounters
+from ..pids import pid_alive
 
 ENTRY_SUFFIX = ".kvb"
 TEMP_SUFFIX = ".tmp"
@@ -31,15 +32,8 @@ def entry_path(root: Path, block_hash: bytes) -> Path:
 
 
 def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # a temp file of our own pid at start is from an earlier process that had it
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    # a temp file of our own pid at start is from an earlier process that had it
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def scan(root: Path, clean_temp: bool) -> tuple[dict[bytes, FolderEntry], int]:

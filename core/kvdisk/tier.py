@@ -19,10 +19,11 @@ from ..engine.block_manager import BlockManager
 from ..engine.kv_cache import PagedKVCache
 from .entry import BlockKey, BlockLayout
 from ..api.metrics import DiskTierStats
+from ..config import DEFAULT_KV_DISK_GB
 from .store import KVDiskStore
 from ..engine.sequence import Sequence
 
-DEFAULT_KV_DISK_BYTES = 4_000_000_000  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)
+DEFAULT_KV_DISK_BYTES = int(DEFAULT_KV_DISK_GB * 1e9)  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)
 
 
 def default_kv_disk_dir() -> Path:

@@ -11,9 +11,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from ..api.params import SamplingParams
+from ..api.params import DEFAULT_SAMPLING, SamplingParams
 
-DEFAULT_MAX_TOKENS = 512
 MAX_BODY_BYTES = 8 << 20  # 8 MiB: a full context of text is far less
 ROLES = ("system", "user", "assistant")
 
@@ -126,7 +125,7 @@ def _common(body: dict, max_tokens_limit: int, alias: str | None = None) -> Pars
     name = alias if alias and body.get(alias) is not None else "max_tokens"
     max_tokens = body.get(name)
     if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
+        max_tokens = DEFAULT_SAMPLING.max_tokens
     elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= max_tokens_limit:
         raise ApiError(400, f"{name} must be a whole number from 1 to {max_tokens_limit:,} (the model's context), "
                             f"got {max_tokens!r}", name)

@@ -1,9 +1,13 @@
-"""The prompt of a conversation's next turn: the exact ids it already fed and got back, then only what
-the new message adds.
+"""The one prompt builder: the ids of a conversation's next turn, with BOS exactly once.
 
 Turn N+1's prompt = every id of turn N (prompt + reply, end-of-turn token included) + the ids of the
 template text that the new user message adds. Nothing earlier is re-tokenized, so the prefix matches
-the KV cache bit for bit. The BOS rule is the tokenizer's and applies once, at the start of a chat.
+the KV cache bit for bit. The app, serve, ask, bench and the tests all build prompts here.
+
+BOS: a template may write `{{ bos_token }}` (Llama 2/3 do) and a tokenizer may add one (`add_bos_token`,
+or a BOS-adding post-processor): the prompt starts with exactly one BOS when either asks for it, none
+when neither does. The text is normalized first (`prompt_text`), so the continuation check compares the
+same text turn after turn.
 """
 from __future__ import annotations
 
@@ -12,17 +16,38 @@ from collections.abc import Sequence
 from .tokenizer import Tokenizer
 
 
+def prompt_text(tokenizer: Tokenizer, messages: Sequence[dict]) -> str:
+    """The rendered template (generation prompt included), its leading BOS written once if the template
+    wrote it (any number of times) or the tokenizer adds one."""
+    rendered = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)
+    bos = tokenizer.special_tokens.get("bos_token") if tokenizer.bos_token_id is not None else None
+    if not bos:
+        return rendered
+    body = rendered
+    while body.startswith(bos):
+        body = body[len(bos):]
+    return bos + body if tokenizer.add_bos_token or body != rendered else rendered
+
+
+def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
+    """`text` as ids; a leading BOS text is the BOS id (even where the BOS is no added token of the vocab)."""
+    bos = tokenizer.special_tokens.get("bos_token") if tokenizer.bos_token_id is not None else None
+    if bos and text.startswith(bos):
+        return [tokenizer.bos_token_id] + tokenizer.encode(text[len(bos):], add_bos=False)
+    return tokenizer.encode(text, add_bos=False)
+
+
 def prompt_ids_for(tokenizer: Tokenizer, messages: Sequence[dict], token_ids: Sequence[int] = ()) -> list[int]:
     """The ids to submit: `messages` are the template messages, the new user message last; `token_ids`
     are the ids the conversation fed and got so far (empty for its first turn)."""
-    rendered = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True)
+    text = prompt_text(tokenizer, messages)
     if token_ids:
         fed = tokenizer.decode(token_ids)
-        if rendered.startswith(fed):
-            return list(token_ids) + tokenizer.encode(rendered[len(fed):], add_bos=False)
+        if text.startswith(fed):
+            return list(token_ids) + tokenizer.encode(text[len(fed):], add_bos=False)
     # The first turn, or the template rewrote earlier turns (or a stop string cut a reply): a fresh
     # tokenization; the prefix cache still reuses whatever leading blocks match.
-    return tokenizer.encode(rendered)
+    return _encode(tokenizer, text)
 
 
 def chat_messages(question: str, system: str | None = None) -> list[dict]:

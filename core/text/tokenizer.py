@@ -104,10 +104,6 @@ class Tokenizer:
         return render_chat_template(self._template, dict(variables, messages=plain_messages, tools=None,
                                                          documents=None, add_generation_prompt=add_generation_prompt))
 
-    def encode_chat(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of the rendered chat; like transformers, no BOS is added beyond what the template writes."""
-        return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_bos=False)
-
 
 class IncrementalDetokenizer:
     """Turns a stream of token ids into text deltas that never split a UTF-8 character.

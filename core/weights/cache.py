@@ -24,6 +24,7 @@ from typing import Any
 
 from .checkpoint import HF_FILES
 from .errors import ModelLoadError
+from ..pids import pid_alive
 
 WEIGHTS = "model.safetensors"
 MANIFEST = "manifest.json"
@@ -60,16 +61,6 @@ def temp_dir(parent: Path, kind: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".tmp-{kind}-{os.getpid()}-", dir=parent))
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return pid > 0
-    return True
-
-
 def sweep_temps(parent: Path) -> None:
     """Remove `.tmp-*` entries of `parent` left by processes that died (or, without a pid, older than 10 min)."""
     try:
@@ -80,7 +71,7 @@ def sweep_temps(parent: Path) -> None:
         parts = path.name.split("-")
         pid = int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else None
         try:
-            stale = (not _process_alive(pid) if pid is not None
+            stale = (not pid_alive(pid) if pid is not None
                      else time.time() - path.stat().st_mtime > _ORPHAN_SECONDS)
             if stale:
                 shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()

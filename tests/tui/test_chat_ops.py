@@ -44,9 +44,8 @@ async def test_regenerate_reuses_every_full_block_and_explains_it(make_app, tmp_
         assert m.num_prompt_tokens == len(prompt) and m.num_cached_tokens == full_blocks(len(prompt) - 1)
         assert m.num_prefilled_tokens < BS + 1  # only the last partial block (and the last token)
         assert reply.explanation.cause == "partial-block"
-        await pilot.pause(0.3)
-        text = screen_text(app)
-        assert f"reuse ended at {m.num_cached_tokens}: nothing new: only the last partial block" in text
+        line = f"reuse ended at {m.num_cached_tokens}: nothing new: only the last partial block"
+        await wait_for(pilot, lambda: line in screen_text(app))
         capture(app, "explainer_line")
         await press(pilot, "f9")
         await wait_for(pilot, lambda: "known but recomputed" in screen_text(app))
@@ -120,9 +119,8 @@ async def test_fork_shares_blocks_with_its_parent(make_app, tmp_path):
             stats.num_blocks_used, stats.num_blocks_cached_free, stats.num_blocks_free)
         await press(pilot, "f8")
         await wait_for(pilot, lambda: "KV block map" in screen_text(app) and "engine stats at" in screen_text(app))
-        await pilot.pause(1.2)
+        await wait_for(pilot, lambda: "+" in screen_text(app))  # shared cells
         capture(app, "block_map_two_forks")
-        assert "+" in screen_text(app)  # shared cells
         await press(pilot, "escape")
         for s in (fork, parent):
             app.turns.cancel(s)
@@ -185,6 +183,5 @@ async def test_keys_on_a_focused_message_fork_and_explain(make_app):
         await app.open_chat(parent.chat_id)
         list(app.chat_screen.transcript.query(AssistantMessage))[-1].focus()
         await press(pilot, "w")
-        await wait_for(pilot, lambda: isinstance(app.screen, InfoScreen))
-        assert "new to this chat" in screen_text(app)
+        await wait_for(pilot, lambda: isinstance(app.screen, InfoScreen) and "new to this chat" in screen_text(app))
         await press(pilot, "escape")

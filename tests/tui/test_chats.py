@@ -64,11 +64,12 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         # the KV panel lists each chat's blocks and the one block they share (the default system prompt)
         def kv_lines():
             return str(app.chat_screen.query_one("#kv-chats").render())
-        await wait_for(pilot, lambda: first.chat_id in app.resident and second.chat_id in app.resident)
-        await pilot.pause(0.3)
-        for s in (first, second):
+        def listed(s) -> bool:
             blocks = (len(s.conversation.token_ids) - 1) // 16  # the last sampled token was never fed: no KV
-            assert re.search(rf"#{s.chat_id} +{re.escape(s.conversation.title[:14])}.* {blocks:>4} · +1$", kv_lines(), re.M), kv_lines()
+            return bool(re.search(rf"#{s.chat_id} +{re.escape(s.conversation.title[:14])}.* {blocks:>4} · +1$",
+                                  kv_lines(), re.M))
+        await wait_for(pilot, lambda: first.chat_id in app.resident and second.chat_id in app.resident
+                       and listed(first) and listed(second))
         assert second.conversation.messages[-1].metrics.num_output_tokens == 200
 
         # each chat's ids are its prompt ids + reply ids, exactly
@@ -150,9 +151,9 @@ async def test_next_turn_reuses_the_chat_prefix_and_the_panel_says_so(make_app):
         m = chat.conversation.messages[-1].metrics
         full_blocks = len(ids_after_first) // 16 * 16
         assert m.num_cached_tokens == full_blocks > 0  # every full block of the first turn came from the cache
-        await pilot.pause(0.3)
+        reused = f"reused {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens"
+        await wait_for(pilot, lambda: reused in screen_text(app))
         text = screen_text(app)
-        assert f"reused {m.num_cached_tokens:,} of {m.num_prompt_tokens:,} prompt tokens" in text
         assert f"cached {m.num_cached_tokens:,} · prefilled {m.num_prompt_tokens - m.num_cached_tokens:,}" in text
         assert "last turn of 2 in this chat" in text
 
@@ -172,8 +173,7 @@ async def test_settings_dialog_validates_and_saves(make_app, tmp_path):
         dialog.query_one("#max_tokens").value = "77"
         dialog.query_one("#system").load_text("You are terse.")
         await press(pilot, "ctrl+s")
-        await pilot.pause()
-        assert chat.settings == ChatSettings("You are terse.", 0.3, 0.9, 77)
+        await wait_for(pilot, lambda: chat.settings == ChatSettings("You are terse.", 0.3, 0.9, 77))
         assert "temp 0.3 · top-p 0.9 · max 77 · custom system" in screen_text(app)
         await quit_app(pilot)
     with ChatStore(tmp_path / "data") as store:

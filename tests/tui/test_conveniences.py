@@ -18,7 +18,8 @@ from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 from llmchat.core.chats.conversation import ChatSettings
 from llmchat.core.chats.store import ChatStore, DataDirInUse
 from llmchat.tui.actions.chats import COMMANDS
-from llmchat.tui.app import LlmChatApp, run_app
+from llmchat.tui.app import LlmChatApp
+from llmchat.tui.run import run_app
 from llmchat.tui.commands.export import chat_dict, run_export
 from llmchat.core.text.sanitize import is_safe
 
@@ -107,8 +108,7 @@ async def test_a_huge_paste_stays_responsive_and_a_too_long_message_is_refused_w
         await press(pilot, "enter")
         await wait_for(pilot, lambda: chat.banner is not None, timeout=60)
         assert chat.banner.kind == "error" and "context is 1024" in chat.banner.text
-        await pilot.pause(0.2)
-        assert "Not sent" in screen_text(app)
+        await wait_for(pilot, lambda: "Not sent" in screen_text(app))
         banner = str(app.chat_screen.query_one("#banner").render())
         assert "Not sent: the prompt has" in banner and "Your message is back in the input box" in banner
         assert "lorem" not in app.current.conversation.title  # a refused message does not title the chat
@@ -149,9 +149,7 @@ async def test_loading_progress_is_shown_and_a_failed_load_says_why(tmp_path, en
         await press(pilot, "enter")
         assert app.current.conversation.messages == [] and app.chat_screen.prompt.text == "too early"
         release.set()
-        await wait_for(pilot, lambda: app.bridge.ready)
-        await pilot.pause(0.2)
-        assert not app.chat_screen.query_one("#loading").display
+        await wait_for(pilot, lambda: app.bridge.ready and not app.chat_screen.query_one("#loading").display)
 
     def broken_factory(progress, sink):
         from llmchat.core.weights.resolve import ModelLoadError

@@ -83,8 +83,9 @@ async def test_without_an_editor_or_a_terminal_the_draft_stays(make_app, monkeyp
         prompt = app.chat_screen.prompt
         prompt.load_text("keep me")
         await press(pilot, "ctrl+e")
-        await wait_for(pilot, lambda: app._notifications)
-        assert [n.message for n in app._notifications][-1].startswith("no editor: set $VISUAL or $EDITOR")
+        # (wait for that notification: others, such as "ready", may come first on a loaded machine)
+        await wait_for(pilot, lambda: any(n.message.startswith("no editor: set $VISUAL or $EDITOR")
+                                          for n in app._notifications))
         monkeypatch.setenv("EDITOR", "true")
         await press(pilot, "ctrl+e")  # the pilot's terminal cannot be suspended: said, the draft stays
         await wait_for(pilot, lambda: any("cannot be handed to an editor" in n.message for n in app._notifications))

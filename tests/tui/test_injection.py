@@ -39,14 +39,12 @@ async def test_a_stored_reply_and_title_with_markup_and_escapes_show_as_text(mak
     with ChatStore(tmp_path / "data") as store:
         chat = store.create_chat()
         user, reply = chat.start_turn("title " + PAYLOAD[:40])
-        chat.finish_reply(reply, PAYLOAD, "done", "stop")
-        store.add_messages(chat, user, reply)
+        chat.finish_reply(reply, PAYLOAD, "done", "stop")  # (each step stores itself)
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "title [bold]B[/bold]" in screen_text(app))
         text = screen_text(app)
-        assert_visible(text)
-        assert "title [bold]B[/bold]" in text  # the chat list and header: literal too
+        assert_visible(text)  # the chat list and header: literal too
         assert_terminal_safe(app)
 
 
@@ -78,14 +76,13 @@ async def test_a_pasted_message_with_escapes_is_shown_and_sent_as_text(make_app)
         prompt = app.chat_screen.prompt
         prompt.focus()
         prompt.post_message(events.Paste(PAYLOAD))
-        await pilot.pause(0.2)
-        assert prompt.text == safe_text(PAYLOAD)  # what is in the box is what is shown: no hidden codes
+        await wait_for(pilot, lambda: prompt.text == safe_text(PAYLOAD))  # what is in the box is what is shown: no hidden codes
         assert_visible(screen_text(app))
         assert_terminal_safe(app)
         await press(pilot, "enter")
         await wait_for(pilot, lambda: chat.conversation.messages and chat.conversation.messages[0].role == "user")
         assert chat.conversation.messages[0].content == safe_text(PAYLOAD)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "x␍y" in screen_text(app))  # the message is on screen
         assert_visible(screen_text(app))
         assert_terminal_safe(app)
         await press(pilot, "escape")

@@ -88,8 +88,7 @@ async def test_switching_models_keeps_chats_marks_them_and_reuses_nothing_across
         metrics = chat.conversation.messages[-1].metrics
         assert metrics.num_cached_tokens == 0  # nothing of the other model's KV, memory or disk
         assert chat.conversation.model_id == app.bridge.info.model_id
-        await pilot.pause(0.2)
-        assert "from another model" not in screen_text(app)
+        await wait_for(pilot, lambda: "from another model" not in screen_text(app))
         with ChatStore(tmp_path / "data", readonly=True) as store:
             assert store.load_chat(chat.chat_id).model_id == app.bridge.info.model_id
         tiny_id = app.bridge.info.model_id

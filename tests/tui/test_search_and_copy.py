@@ -27,16 +27,13 @@ def two_chats(data_dir) -> tuple[int, int]:
     with ChatStore(data_dir) as store:
         long = store.create_chat()
         for i in range(20):
-            user, reply = long.start_turn(f"Question {i} about geology")
-            reply.status = "done"
-            reply.content = ("Volcanoes form where magma reaches the surface; Etna erupts often." if i == 5
-                             else f"Answer {i}: rocks are old.\n\nMore about rocks, line two.")
-            store.add_messages(long, user, reply)
+            user, reply = long.start_turn(f"Question {i} about geology")  # (each step stores itself)
+            long.finish_reply(reply, "Volcanoes form where magma reaches the surface; Etna erupts often." if i == 5
+                              else f"Answer {i}: rocks are old.\n\nMore about rocks, line two.", "done", "stop")
         target = long.messages[11].message_id
         newer = store.create_chat()
         user, reply = newer.start_turn("How do I boil an egg?")
-        reply.status, reply.content = "done", "Seven minutes in simmering water."
-        store.add_messages(newer, user, reply)
+        newer.finish_reply(reply, "Seven minutes in simmering water.", "done", "stop")
     return long.chat_id, target
 
 
@@ -67,9 +64,8 @@ async def test_search_finds_a_message_in_another_chat_and_opens_it_there(tmp_pat
         await wait_for(pilot, lambda: isinstance(app.focused, MessageView) and transcript.scroll_y > 0)
         view = app.focused
         assert view.message.message_id == target and "Etna" in view.message.content
-        await pilot.pause(0.1)
-        assert transcript.region.contains_region(view.region) or view.region.y == transcript.region.y
-        assert "Etna erupts often" in screen_text(app)
+        await wait_for(pilot, lambda: (transcript.region.contains_region(view.region)
+                                       or view.region.y == transcript.region.y) and "Etna erupts often" in screen_text(app))
         assert "Question 19" not in screen_text(app)  # not the bottom of the chat: scrolled to the message
 
         await press(pilot, "ctrl+f")  # the last search comes back; ↓ and Enter pick from the list
@@ -80,7 +76,8 @@ async def test_search_finds_a_message_in_another_chat_and_opens_it_there(tmp_pat
         await press(pilot, "ctrl+f")  # (on the list: not a second search screen)
         assert app.screen is search and len(app.screen_stack) == 3
         await press(pilot, "enter")
-        await wait_for(pilot, lambda: app.screen is app.chat_screen and app.focused.message.message_id == target)
+        await wait_for(pilot, lambda: app.screen is app.chat_screen and isinstance(app.focused, MessageView)
+                       and app.focused.message.message_id == target)
         await quit_app(pilot)
 
 
@@ -105,8 +102,9 @@ async def test_a_code_block_copies_its_exact_text(tmp_path):
         assert app.clipboard == "echo [31mred[0m ```not a fence```"  # exact, the ESC bytes removed
 
         first.focus()
+        await wait_for(pilot, lambda: app.focused is first)
         await press(pilot, "c")
-        assert app.clipboard == 'def greet(name):\n\treturn f"hi {name}"'
+        await wait_for(pilot, lambda: app.clipboard == 'def greet(name):\n\treturn f"hi {name}"')
         assert any(n.message.startswith("Copied code block 1 (2 lines") for n in app._notifications)
 
         first.query_ancestor(MessageView).focus()

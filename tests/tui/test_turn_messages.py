@@ -79,8 +79,7 @@ async def test_a_refused_message_comes_back_into_the_box_with_what_was_typed_mea
         app.chat_screen.prompt.load_text("refused in the background")
         await press(pilot, "enter")
         await press(pilot, "ctrl+n")
-        second = app.current
-        assert second is not first
+        await wait_for(pilot, lambda: app.current is not first)  # (opening the new chat awaits the list)
         await wait_for(pilot, lambda: not first.busy)
         await press(pilot, "ctrl+down")  # back to the first chat (the list is newest first)
         await wait_for(pilot, lambda: app.current is first)

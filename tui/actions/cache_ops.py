@@ -7,17 +7,11 @@ drop_last_reply, branch), so the next prompt hits every full block before that p
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from ...core.chats.conversation import Message
 from ..session import ChatSession
+from .mixin import AppMixin
 
-if TYPE_CHECKING:
-    from ..app import LlmChatApp
-
-    _Base = LlmChatApp
-else:
-    _Base = object
 
 CHAT_OP_COMMANDS = [
     ("regenerate", "Regenerate reply", "answer the last message again; its prompt is fully cached (Ctrl+G)"),
@@ -35,7 +29,7 @@ CHAT_OP_COMMANDS = [
 ]
 
 
-class ChatOps(_Base):
+class ChatOps(AppMixin):
     def ready_chat(self) -> ChatSession | None:
         """The current chat if an operation can change it now; otherwise say why and return None."""
         session = self.current
@@ -66,7 +60,6 @@ class ChatOps(_Base):
             return
         user = messages[-2]
         removed = session.conversation.drop_last_reply()
-        self.store.truncate(session.conversation, [removed])
         for message in (removed, user):  # the new turn shows both again
             await self.chat_screen.transcript.remove_message(message)
         if not self.turns.resend(session):
@@ -80,15 +73,14 @@ class ChatOps(_Base):
                 self.notify("Nothing to undo", severity="warning")
             return
         await self.cut_chat(session, user)
-        from ..app import merged_draft
+        from ..text.format import merged_draft
 
         prompt = self.chat_screen.prompt
         prompt.set_message(merged_draft(user.content, prompt.message_text()))
         self.notify("Undid the last turn; its message is back in the input box.", timeout=3)
 
     async def cut_chat(self, session: ChatSession, message: Message) -> None:
-        removed = session.conversation.cut_at(message)
-        self.store.truncate(session.conversation, removed)
+        session.conversation.cut_at(message)
         await self.chat_screen.transcript.show(session)
         self.chat_screen.chat_list.refresh_chat(session.chat_id)
         self.chat_screen.panels.show_chat(session)
@@ -150,12 +142,7 @@ class ChatOps(_Base):
         self.notify(f"Forked into chat #{fork.chat_id}", timeout=3)
 
     async def add_fork(self, session: ChatSession, upto: Message | None, title: str) -> ChatSession:
-        from ...core.chats.conversation import Conversation
-
-        chat = session.conversation
-        branch = chat.branch(upto) if upto is not None else Conversation(0, settings=chat.settings)
-        branch.title, branch.title_auto = title, upto is None
-        fork = ChatSession(self.store.add_chat(branch))
+        fork = ChatSession(session.conversation.branch(upto, title))
         self.sessions[fork.chat_id] = fork
         await self.refresh_chat_list()
         return fork
@@ -180,7 +167,7 @@ class ChatOps(_Base):
     def action_block_map(self) -> None:
         from ..screens.block_map import BlockMapScreen
 
-        if not self.bridge.ready or not hasattr(self.bridge.service, "block_map"):
+        if self.bridge.inspect is None:
             self.notify("The block map needs the in-process engine (it is not ready yet)", severity="warning")
             return
         self.push_screen(BlockMapScreen())

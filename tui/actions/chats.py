@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from textual.app import SystemCommand
 from textual.screen import Screen
@@ -17,13 +16,8 @@ from .cache_ops import CHAT_OP_COMMANDS
 from ...core.text.sanitize import safe_text
 from ..screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from ..session import ChatSession
+from .mixin import AppMixin
 
-if TYPE_CHECKING:
-    from ..app import LlmChatApp
-
-    _Base = LlmChatApp
-else:
-    _Base = object
 
 THEMES = ("textual-dark", "textual-light")
 
@@ -50,7 +44,7 @@ COMMANDS = [
 ]
 
 
-class ChatActions(_Base):
+class ChatActions(AppMixin):
     async def action_new_chat(self) -> None:
         current = self.current
         if current is not None and not current.conversation.messages and not current.busy:
@@ -81,7 +75,7 @@ class ChatActions(_Base):
         if not path or not path.strip():
             return
         try:
-            record = self.store.import_chat(read_chat_file(Path(path.strip()).expanduser()))
+            record = self.store.add_chat(read_chat_file(Path(path.strip()).expanduser()))
         except ChatImportError as e:
             self.notify(f"{safe_text(path.strip())}: {safe_text(str(e))}; nothing imported", severity="error")
             return
@@ -104,7 +98,6 @@ class ChatActions(_Base):
         except ValueError as e:
             self.notify(str(e), severity="error")
             return
-        self.store.save_title(session.conversation)
         self.chat_screen.chat_list.refresh_chat(session.chat_id)
         self.show_header()
 
@@ -146,8 +139,7 @@ class ChatActions(_Base):
     def save_settings(self, session: ChatSession, settings: ChatSettings | None) -> None:
         if settings is None or session.chat_id not in self.sessions:
             return
-        self.store.update_settings(session.chat_id, settings)
-        session.conversation.settings = settings
+        session.conversation.update_settings(settings)
         self.show_header()
         self.notify("Settings saved; they apply from the next message.", timeout=2)
 

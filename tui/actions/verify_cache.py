@@ -1,5 +1,6 @@
-"""Runs the exactness check (core/cache_check.py) on the current chat's last turn in a thread worker, so
-the UI and the other chats go on; the result is a notification and stays in app.cache_checks."""
+"""Runs the exactness check (core/inspect/cache_check.py, through the InspectableBackend) on the current chat's
+last turn in a worker that awaits it, so the UI and the other chats go on; the result is a banner (or a
+notification) and stays in app.cache_checks."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -23,32 +24,27 @@ def check_text(check: "CacheCheck") -> str:
 
 def start_cache_check(app: "LlmChatApp") -> None:
     session = app.current
-    service = app.bridge.service
     reply = session.conversation.messages[-1] if session and session.conversation.messages else None
     if reply is None or reply.role != "assistant" or reply.token_span is None or session.busy:
         app.notify("Verify cache needs a finished reply in this chat", severity="warning")
         return
-    if not hasattr(service, "submit_ids"):
+    if app.bridge.inspect is None:
         app.notify("Verify cache needs the in-process engine", severity="warning")
         return
     start, end = reply.token_span
     prompt_ids = session.conversation.token_ids[:start]
     chat_id = session.chat_id
 
-    def work() -> None:
-        from ...core.inspect.cache_check import check_cache
-
-        tokenizer = service.engine.tokenizer
-        check = check_cache(service.submit_ids, prompt_ids, end - start, lambda i: tokenizer.decode([i]))
-        app.call_from_thread(finished, check)
-
-    def finished(check: "CacheCheck") -> None:
-        from ..session import Banner
-
+    async def check_and_show() -> None:
+        check = await app.bridge.ask(lambda backend: backend.check_cache(prompt_ids, end - start))
+        if check is None:  # the engine shut down meanwhile
+            return
         app.cache_checks[chat_id] = check
         checked = app.sessions.get(chat_id)
         if checked is None:  # deleted meanwhile
             return
+        from ..session import Banner
+
         checked.banner = Banner("info" if check.identical else "error", check_text(check))
         if app.current_id == chat_id:
             app.chat_screen.show_banner(checked.banner)
@@ -57,4 +53,4 @@ def start_cache_check(app: "LlmChatApp") -> None:
                        timeout=12, markup=False)
 
     app.notify(f"Verifying the cache on chat #{chat_id}'s last turn ({end - start:,} tokens, twice)…", timeout=3)
-    app.run_worker(work, thread=True, group="verify-cache", exit_on_error=False, description="verify the cache")
+    app.run_worker(check_and_show(), group="verify-cache", exit_on_error=False, description="verify the cache")

@@ -46,7 +46,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def run_serve_bench(args: argparse.Namespace) -> int:
     """`llmchat bench serve [--url URL]`: concurrent streaming clients against a server (core/serve_bench.py)."""
-    from ...core.bench.bench import Results, cpu_description
+    from ...core.bench.common import Results, cpu_description
     from ...core.bench.serve import SERVE_FULL, SERVE_QUICK, bench_serve, spawn_server
 
     if args.scenarios != ["serve"]:

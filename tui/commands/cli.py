@@ -8,8 +8,9 @@ import argparse
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from ...core.config import DEFAULT_KV_DISK_GB, DEFAULT_MODEL_LABEL
+
 EXIT_USAGE = 2
-DEFAULT_KV_DISK_GB = 4.0  # (core/kv_disk.py's DEFAULT_KV_DISK_BYTES; not imported: this module stays light)
 
 
 def package_version() -> str:
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"llmchat {package_version()}")
     model_args = argparse.ArgumentParser(add_help=False)
     model_args.add_argument(
-        "--model", help="a .gguf file or a Hugging Face model folder (default: SmolLM2-135M-Instruct)"
+        "--model", help=f"a .gguf file or a Hugging Face model folder (default: {DEFAULT_MODEL_LABEL})"
     )
     model_args.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
     model_args.add_argument(
@@ -40,10 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model_args.add_argument(
         "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
-    )
-    model_args.add_argument(
-        "--speculative", action="store_true",
-        help="speculative decoding (on by default): drafted tokens verified in one forward pass",
     )
     model_args.add_argument(
         "--draft-model", metavar="PATH", help="speculative decoding with this draft model (same vocabulary; "
@@ -67,7 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-prefix-cache", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--speculative", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--draft-model", help=argparse.SUPPRESS)
     parser.add_argument("--speculative-tokens", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-speculative", action="store_true", help=argparse.SUPPRESS)
@@ -227,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             from .export import run_export
 
             return run_export(args)
-        from ..app import run_app
+        from ..run import run_app
 
         return run_app(args)
     except KeyboardInterrupt:

@@ -9,15 +9,17 @@ import argparse
 import sys
 from dataclasses import replace
 
+from ...core.api.params import DEFAULT_SAMPLING
+from ...core.config import DEFAULT_KV_DISK_GB, DEFAULT_MODEL_LABEL
 from ...core.chats.conversation import ChatSettings
 from ...core.user_config import KEYS, UserConfig, config_path, load_or_default, load_user_config
 
 # The built-in defaults of the sampling flags (`ask`; the app's new chats take them all: see chat_defaults).
-SAMPLING_DEFAULTS = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 512, "seed": None}
+SAMPLING_DEFAULTS = {k: getattr(DEFAULT_SAMPLING, k) for k in ("temperature", "top_p", "top_k", "max_tokens", "seed")}
 _ENGINE_KEYS = ("model", "device", "kv_cache_gb", "kv_disk_gb", "threads")
 # How a default that is not one value reads (the engine picks it).
-_DEFAULT_TEXT = {"model": "SmolLM2-135M-Instruct", "device": "cpu", "kv_cache_gb": "1 on CPU, 8 on CUDA",
-                 "kv_disk_gb": 4.0, "kv_disk": True,
+_DEFAULT_TEXT = {"model": DEFAULT_MODEL_LABEL, "device": "cpu", "kv_cache_gb": "1 on CPU, 8 on CUDA",
+                 "kv_disk_gb": DEFAULT_KV_DISK_GB, "kv_disk": True,
                  "threads": "auto: the CPUs this process may use", "theme": "the last one used"}
 
 

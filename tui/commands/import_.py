@@ -21,7 +21,7 @@ def run_import(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
     try:
         with ChatStore(data_dir) as store:
-            chat = store.import_chat(record)
+            chat = store.add_chat(record)
     except (DataDirInUse, RuntimeError) as e:  # the app has it open; a store from a newer llmchat
         print(f"llmchat: {e}", file=sys.stderr)
         return 2

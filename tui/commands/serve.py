@@ -6,8 +6,6 @@ import ipaddress
 import socket
 import sys
 
-DEFAULT_SERVE_MAX_NUM_SEQS = 16
-
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":

@@ -8,7 +8,6 @@ from the engine thread (core/block_map.py) with the EngineStats of the same mome
 """
 from __future__ import annotations
 
-import asyncio
 import string
 
 from textual.app import ComposeResult
@@ -111,14 +110,8 @@ class BlockMapScreen(Screen):
         self.set_interval(BLOCK_MAP_INTERVAL_S, self.refresh_map)
 
     async def refresh_map(self) -> None:
-        service = self.app.bridge.service
-        if service is None:
-            return
-        try:
-            block_map = await asyncio.wrap_future(service.block_map())
-        except RuntimeError:  # the engine shut down
-            return
-        if not self.is_attached:
+        block_map = await self.app.bridge.ask(lambda backend: backend.block_map())
+        if block_map is None or not self.is_attached:
             return
         self.block_map = block_map
         titles = {s.chat_id: s.conversation.title for s in self.app.sessions.values()}

@@ -148,15 +148,11 @@ class MisconceptionsScreen(Screen):
         self.set_interval(FACTS_INTERVAL_S, self.refresh_facts)
 
     async def refresh_facts(self) -> None:
-        service = self.app.bridge.service
-        if service is None or not hasattr(service, "facts"):
+        if self.app.bridge.inspect is None:
             self.query_one("#facts", Static).update(Content("These numbers need the in-process engine."))
             return
-        try:
-            facts = await asyncio.wrap_future(service.facts(self.copy_gb_s))
-        except RuntimeError:
-            return
-        if not self.is_attached:
+        facts = await self.app.bridge.ask(lambda backend: backend.facts(self.copy_gb_s))
+        if facts is None or not self.is_attached:
             return
         self.facts = facts
         from ..actions.verify_cache import check_text

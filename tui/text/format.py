@@ -125,3 +125,8 @@ def when(timestamp: float) -> str:
     if t.tm_year == now.tm_year:
         return time.strftime("%b %d", t)
     return time.strftime("%Y-%m-%d", t)
+
+
+def merged_draft(refused: str, typed: str) -> str:
+    """A refused message goes back into the input box, before what the user typed meanwhile: nothing is lost."""
+    return f"{refused}\n\n{typed}" if typed.strip() else refused

@@ -75,7 +75,6 @@ class SpecStep:
 
     num_drafted: int = 0  # drafted tokens verified
     num_accepted: int = 0  # of them, kept
-    num_verifies: int = 0  # sequences that verified drafts
     drafting: list[bool] = field(default_factory=list)  # per batch sequence: did it verify drafts
 
 
@@ -145,7 +144,6 @@ class Speculator:
             seq.timings.num_accepted_tokens += num_accepted
             step.num_drafted += num_drafted
             step.num_accepted += num_accepted
-            step.num_verifies += 1
         postprocess(batch)
         for seq, num_accepted in kept:
             del seq.token_ids[len(seq.token_ids) - num_accepted :]

@@ -1,0 +1,63 @@
+"""What the screen does when a turn starts, finishes, is refused or cannot be saved (the messages TurnManager
+posts). A mixin of LlmChatApp, like the other actions: it uses the app's screen, sessions and drafts."""
+from __future__ import annotations
+
+import time
+
+from ..messages import SaveFailed, TurnFinished, TurnRefused, TurnStarted
+from ..text.format import merged_draft
+from .mixin import AppMixin
+
+
+class TurnViews(AppMixin):
+    async def on_turn_started(self, msg: TurnStarted) -> None:
+        if not self.ui_alive:
+            return
+        session, screen = msg.session, self.chat_screen
+        await self.refresh_chat_list()
+        if session.chat_id == self.current_id:
+            await screen.transcript.add_turn(session)
+            screen.show_banner(None)
+            self.show_header()
+            screen.panels.show_chat(session)
+
+    async def on_turn_finished(self, msg: TurnFinished) -> None:
+        if not self.ui_alive:
+            return
+        session, screen = msg.session, self.chat_screen
+        self.ask_resident_blocks(force=True)
+        screen.chat_list.refresh_chat(session.chat_id)
+        if session.chat_id == self.current_id:
+            view = screen.transcript.reply_view(session.conversation.messages[-1])  # (its text: in finish())
+            if view is not None:
+                await self.guarded(view.finish())
+            if not self.ui_alive:  # the app closed during that await: its widgets are going
+                return
+            screen.show_banner(session.banner)
+            self.show_header()
+            screen.panels.show_chat(session)
+        elif session.banner is not None:
+            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="warning", timeout=6)
+
+    async def on_turn_refused(self, msg: TurnRefused) -> None:
+        if not self.ui_alive:
+            return
+        session, text, screen = msg.session, msg.text, self.chat_screen
+        screen.chat_list.refresh_chat(session.chat_id)
+        self.show_engine_panels()
+        if session.chat_id == self.current_id:
+            screen.prompt.set_message(merged_draft(text, screen.prompt.message_text()))
+            screen.show_banner(session.banner)
+            screen.panels.show_chat(session)
+            self.show_header()
+            await screen.transcript.show(session)
+        else:  # back in that chat's draft, before whatever was typed there
+            self.drafts[session.chat_id] = merged_draft(text, self.drafts.get(session.chat_id, ""))
+            self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8, markup=False)
+
+    def on_save_failed(self, msg: SaveFailed) -> None:
+        now = time.monotonic()
+        if now - self._last_write_error > 10:  # once in a while, not per token
+            self._last_write_error = now
+            self.notify(f"Could not save to {msg.path}: {msg.error}. The chat goes on in memory.",
+                        severity="error", timeout=10, markup=False)
