@@ -1,0 +1,66 @@
+"""y = x @ W.T for a weight kept in its GGUF block format (quant_blocks.QuantWeight), on the CPU.
+
+Fast path (C++, csrc/quant_linear.cpp, loaded by quant_cpu_build): llama.cpp's scheme. Each activation row is
+quantized to int8 per 32 values (d = max|x| / 127, q = round(x / d)); every 32-weight group is an integer dot
+product of the quantized bytes with those int8 values, scaled in fp32. It reads only the quantized bytes, once
+per call, for any number of rows (the C++ loop keeps one weight row in L1 while it serves up to 4 rows at a time).
+For many rows (prefill) the weight is instead dequantized to fp32 and multiplied with `F.linear` (a GEMM), from
+`GEMM_MIN_ROWS` rows on: there the GEMM's arithmetic, not the weight bytes, sets the time.
+
+Numerics: the int8 activations are the one rounding beyond fp32 (`quantize_activations_ref` is that rounding in
+torch); the GEMM path is fp32 throughout. The reference, `quant_linear_ref`, dequantizes and multiplies.
+"""
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+from torch.nn import functional as F
+
+from llmchat.kernels.quant_blocks import QuantWeight, dequantize_blocks_ref, dequantize_ref
+
+GEMM_MIN_ROWS = 16  # measured on the default model's projections, see kernels/quant_bench.py
+
+
+def qtype_number(qtype: str) -> int:
+    """ggml's number for a block type name (the C++ kernels switch on it)."""
+    from gguf import GGMLQuantizationType
+
+    return int(GGMLQuantizationType[qtype])
+
+
+def quant_linear(x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType | None) -> torch.Tensor:
+    """x `[num_rows, in_features]` -> `[num_rows, out_features]` in x's dtype. `cpu_kernels` is the module from
+    quant_cpu_build.load_cpu_kernels (None: the torch path, which dequantizes the weight on every call)."""
+    if cpu_kernels is None or x.device.type != "cpu":
+        return quant_linear_ref(x, weight)
+    qtype = qtype_number(weight.qtype)
+    xf = x.float()
+    if x.shape[0] >= GEMM_MIN_ROWS:
+        w = cpu_kernels.dequantize(weight.data, qtype, weight.out_features, weight.in_features)
+        y = F.linear(xf, w)
+    else:
+        y = cpu_kernels.quant_linear(xf, weight.data, qtype, weight.out_features, weight.in_features)
+    return y.to(x.dtype)
+
+
+def dequantize_rows(weight: QuantWeight, row_ids: torch.Tensor, cpu_kernels: ModuleType | None) -> torch.Tensor:
+    """Rows `row_ids` of the weight as fp32 `[num_ids, in_features]` (an embedding lookup)."""
+    if cpu_kernels is None or weight.data.device.type != "cpu":
+        return dequantize_blocks_ref(weight.qtype, weight.data[row_ids.long()])
+    return cpu_kernels.dequantize(weight.data, qtype_number(weight.qtype), weight.out_features,
+                                  weight.in_features, row_ids)
+
+
+def quantize_activations_ref(x: torch.Tensor) -> torch.Tensor:
+    """x fp32 `[num_rows, in_features]` rounded the way the fast path sees it: int8 per 32-block, scale
+    max|x| / 127, returned dequantized (fp32, same shape)."""
+    blocks = x.float().reshape(x.shape[0], -1, 32)
+    scale = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
+    inv = torch.where(scale != 0, 1.0 / scale, torch.zeros_like(scale))
+    return (torch.round(blocks * inv) * scale).reshape(x.shape)
+
+
+def quant_linear_ref(x: torch.Tensor, weight: QuantWeight) -> torch.Tensor:
+    """The plain reference: dequantize the weight, then `F.linear` in fp32; returns x's dtype."""
+    return F.linear(x.float(), dequantize_ref(weight).to(x.device)).to(x.dtype)

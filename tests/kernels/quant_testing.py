@@ -1,0 +1,33 @@
+"""Random GGUF blocks for the quantized-kernel tests: random quant bytes with chosen, finite fp16 scales."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS
+
+# byte offsets of each type's fp16 fields (d, m / dmin)
+F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
+              "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def random_blocks(qtype: str, num_rows: int, num_cols: int, gen: torch.Generator, scale: float = 0.02) -> torch.Tensor:
+    """uint8 [num_rows, row_bytes]: random bytes, every fp16 field a random finite value of size ~`scale`
+    (scale=0 gives zero scales; a huge scale gives fp16's largest values)."""
+    block_weights, block_bytes = BLOCK_LAYOUTS[qtype]
+    num_blocks = num_rows * (num_cols // block_weights)
+    data = torch.randint(0, 256, (num_blocks, block_bytes), generator=gen, dtype=torch.uint8)
+    for at in F16_FIELDS[qtype]:
+        values = (torch.rand(num_blocks, 1, generator=gen) * 2 - 1) * scale
+        values = values.clamp(-65504, 65504).half()
+        data[:, at : at + 2] = values.view(torch.uint8)
+    return data.reshape(num_rows, -1)
+
+
+def gguf_dequantize(qtype: str, data: torch.Tensor) -> torch.Tensor:
+    """The `gguf` package's dequantization of the same bytes, as fp32 torch."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    out = dequantize(data.numpy(), GGMLQuantizationType[qtype])
+    return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
