@@ -37,26 +37,28 @@ def _cpu_identity() -> str:
     return "\n".join(dict.fromkeys(keep))  # the first CPU's lines; all cores of a machine agree
 
 
-def module_name() -> str:
-    digest = hashlib.sha256(_cpu_identity().encode())
+def module_name(arch: str = "native") -> str:
+    digest = hashlib.sha256(f"{arch}\n{_cpu_identity()}".encode())
     for name in SOURCES + HEADERS:
         digest.update((CSRC / name).read_bytes())
     return f"llmchat_quant_{digest.hexdigest()[:12]}"
 
 
 @functools.cache
-def load_cpu_kernels(build_dir: str) -> CpuKernels:
-    """Compile on first use into `build_dir`/<module name>/, load; later calls (and processes) reuse the build."""
+def load_cpu_kernels(build_dir: str, arch: str = "native") -> CpuKernels:
+    """Compile on first use into `build_dir`/<module name>/, load; later calls (and processes) reuse the build.
+    `arch` is g++'s -march: "native" in use; the tests also build "haswell" (AVX2 without VNNI) and "x86-64"
+    (the scalar fallback) to check the code paths other machines take."""
     try:
         from torch.utils import cpp_extension
 
         cpp_extension.verify_ninja_availability()
-        name = module_name()
+        name = module_name(arch)
         folder = Path(build_dir) / name
         folder.mkdir(parents=True, exist_ok=True)
         module = cpp_extension.load(
             name=name, sources=[str(CSRC / s) for s in SOURCES], build_directory=str(folder),
-            extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"],
+            extra_cflags=["-O3", f"-march={arch}", "-fopenmp"], extra_ldflags=["-fopenmp"],
             extra_include_paths=[str(CSRC)], verbose=False,
         )
     except (OSError, RuntimeError, ImportError) as e:  # no compiler, no ninja, a failed build

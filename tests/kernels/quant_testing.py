@@ -31,3 +31,22 @@ def gguf_dequantize(qtype: str, data: torch.Tensor) -> torch.Tensor:
 
     out = dequantize(data.numpy(), GGMLQuantizationType[qtype])
     return torch.from_numpy(np.ascontiguousarray(out, dtype=np.float32))
+
+
+# byte ranges of the quant bits (qs, qh) of the types the fast path computes as scale * u + offset (u unsigned)
+OFFSET_QUANT_BYTES = {"Q4_0": (2, 18), "Q4_1": (4, 20), "Q5_0": (2, 22), "Q5_1": (4, 24),
+                      "Q4_K": (16, 144), "Q5_K": (16, 176)}
+
+
+def summed_magnitude(qtype: str, data: torch.Tensor) -> torch.Tensor:
+    """fp64 [out_features, in_features]: the size of the terms the fast path adds for each weight, |w| + 2|offset|
+    (it sums scale * u and the offset separately, |scale * u| <= |w| + |offset|); |w| for Q8_0 and Q6_K."""
+    from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS, dequantize_blocks_ref
+
+    magnitude = dequantize_blocks_ref(qtype, data).double().abs()
+    if qtype in OFFSET_QUANT_BYTES:
+        start, end = OFFSET_QUANT_BYTES[qtype]
+        blocks = data.reshape(-1, BLOCK_LAYOUTS[qtype][1]).clone()
+        blocks[:, start:end] = 0  # every weight becomes its group's offset
+        magnitude += 2 * dequantize_blocks_ref(qtype, blocks.reshape(data.shape)).double().abs()
+    return magnitude
