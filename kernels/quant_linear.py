@@ -12,6 +12,7 @@ torch); the GEMM path is fp32 throughout. The reference, `quant_linear_ref`, deq
 """
 from __future__ import annotations
 
+import functools
 from types import ModuleType
 
 import torch
@@ -22,6 +23,7 @@ from llmchat.kernels.quant_blocks import QuantWeight, dequantize_blocks_ref, deq
 GEMM_MIN_ROWS = 16  # measured on the default model's projections, see kernels/quant_bench.py
 
 
+@functools.cache
 def qtype_number(qtype: str) -> int:
     """ggml's number for a block type name (the C++ kernels switch on it)."""
     from gguf import GGMLQuantizationType
@@ -29,15 +31,18 @@ def qtype_number(qtype: str) -> int:
     return int(GGMLQuantizationType[qtype])
 
 
-def quant_linear(x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType | None) -> torch.Tensor:
+def quant_linear(x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType | None,
+                 scratch: torch.Tensor | None = None) -> torch.Tensor:
     """x `[num_rows, in_features]` -> `[num_rows, out_features]` in x's dtype. `cpu_kernels` is the module from
-    quant_cpu_build.load_cpu_kernels (None: the torch path, which dequantizes the weight on every call)."""
+    quant_cpu_build.load_cpu_kernels (None: the torch path, which dequantizes the weight on every call).
+    `scratch`, fp32 with at least out_features * in_features elements, holds the dequantized weight on the
+    many-rows path (the caller keeps one for all its linears; without it each call allocates one)."""
     if cpu_kernels is None or x.device.type != "cpu":
         return quant_linear_ref(x, weight)
     qtype = qtype_number(weight.qtype)
     xf = x.float()
     if x.shape[0] >= GEMM_MIN_ROWS:
-        w = cpu_kernels.dequantize(weight.data, qtype, weight.out_features, weight.in_features)
+        w = cpu_kernels.dequantize(weight.data, qtype, weight.out_features, weight.in_features, None, scratch)
         y = F.linear(xf, w)
     else:
         y = cpu_kernels.quant_linear(xf, weight.data, qtype, weight.out_features, weight.in_features)

@@ -61,20 +61,10 @@ struct DotVisitor {  // MT activation rows against one weight row
 
 struct DequantVisitor {  // one weight row -> fp32
   float* out;
-  inline void us(int g, V u, float scale, float coef) {
-    alignas(32) uint8_t b[32];
-    store_bytes(u, b);
-    for (int i = 0; i < 32; ++i) out[32 * g + i] = scale * float(b[i]) + coef;
-  }
-  inline void ss(int g, V w, float scale) {
-    alignas(32) uint8_t b[32];
-    store_bytes(w, b);
-    for (int i = 0; i < 32; ++i) out[32 * g + i] = scale * float(int8_t(b[i]));
-  }
+  inline void us(int g, V u, float scale, float coef) { to_floats_unsigned(u, scale, coef, out + 32 * g); }
+  inline void ss(int g, V w, float scale) { to_floats_signed(w, scale, scale, out + 32 * g); }
   inline void s6(int g, V w, float d, int s0, int s1) {
-    alignas(32) uint8_t b[32];
-    store_bytes(w, b);
-    for (int i = 0; i < 32; ++i) out[32 * g + i] = d * float(i < 16 ? s0 : s1) * float(int8_t(b[i]));
+    to_floats_signed(w, d * float(s0), d * float(s1), out + 32 * g);
   }
 };
 
@@ -167,7 +157,7 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, int64
 }
 
 torch::Tensor dequantize(const torch::Tensor& w, int64_t qtype, int64_t n_out, int64_t k,
-                         const c10::optional<torch::Tensor>& row_ids) {
+                         const c10::optional<torch::Tensor>& row_ids, const c10::optional<torch::Tensor>& out_buf) {
   check_weight(w, qtype, n_out, k);
   torch::Tensor ids;
   int64_t num_rows = n_out;
@@ -178,7 +168,14 @@ torch::Tensor dequantize(const torch::Tensor& w, int64_t qtype, int64_t n_out, i
       TORCH_CHECK(ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < n_out, "row id out of range");
     }
   }
-  auto out = torch::empty({num_rows, k}, w.options().dtype(torch::kFloat));  // [num_rows, in_features]
+  torch::Tensor out;  // [num_rows, in_features]
+  if (out_buf.has_value()) {  // a scratch buffer the caller keeps (no page faults of a fresh allocation)
+    TORCH_CHECK(out_buf->scalar_type() == torch::kFloat && out_buf->is_contiguous() &&
+                    out_buf->numel() >= num_rows * k, "out must be a contiguous fp32 buffer of num_rows * k");
+    out = out_buf->view(-1).narrow(0, 0, num_rows * k).view({num_rows, k});
+  } else {
+    out = torch::empty({num_rows, k}, w.options().dtype(torch::kFloat));
+  }
   const int64_t* idp = row_ids.has_value() ? ids.data_ptr<int64_t>() : nullptr;
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int num_blocks = int(k / block_weights(int(qtype)));
@@ -197,6 +194,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quant_linear", &llmchat_quant::quant_linear, "y = x @ dequantize(w).T from the quantized bytes");
   m.def("dequantize", &llmchat_quant::dequantize, "w (or its rows row_ids) as fp32",
         pybind11::arg("w"), pybind11::arg("qtype"), pybind11::arg("n_out"), pybind11::arg("k"),
-        pybind11::arg("row_ids") = pybind11::none());
+        pybind11::arg("row_ids") = pybind11::none(), pybind11::arg("out") = pybind11::none());
   m.def("simd", &llmchat_quant::simd, "the instruction set this build uses");
 }

@@ -88,7 +88,24 @@ inline float hsum(F v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
-inline void store_bytes(V v, uint8_t* out) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), v); }
+// 32 unsigned bytes -> out[i] = scale * u[i] + coef
+inline void to_floats_unsigned(V u, float scale, float coef, float* out) {
+  const __m256 s = _mm256_set1_ps(scale), c = _mm256_set1_ps(coef);
+  const __m128i halves[2] = {_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)};
+  for (int j = 0; j < 4; ++j) {
+    const __m128i part = (j & 1) ? _mm_srli_si128(halves[j / 2], 8) : halves[j / 2];
+    _mm256_storeu_ps(out + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part)), s, c));
+  }
+}
+// 32 int8 -> out[i] = (i < 16 ? scale_lo : scale_hi) * w[i]
+inline void to_floats_signed(V w, float scale_lo, float scale_hi, float* out) {
+  const __m128i halves[2] = {_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)};
+  for (int j = 0; j < 4; ++j) {
+    const __m128i part = (j & 1) ? _mm_srli_si128(halves[j / 2], 8) : halves[j / 2];
+    const __m256 s = _mm256_set1_ps(j < 2 ? scale_lo : scale_hi);
+    _mm256_storeu_ps(out + 8 * j, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part)), s));
+  }
+}
 
 #else  // scalar fallback: the same operations on plain arrays
 constexpr const char* kSimd = "scalar";
@@ -130,7 +147,12 @@ inline I dot_signed_2scales(V w, const int8_t* a, int s0, int s1) {
 inline F fzero() { return 0.0f; }
 inline F fma_dot(I dot, float scale, F acc) { return acc + float(dot) * scale; }
 inline float hsum(F v) { return v; }
-inline void store_bytes(V v, uint8_t* out) { std::memcpy(out, v.b, 32); }
+inline void to_floats_unsigned(V u, float scale, float coef, float* out) {
+  for (int i = 0; i < 32; ++i) out[i] = scale * float(u.b[i]) + coef;
+}
+inline void to_floats_signed(V w, float scale_lo, float scale_hi, float* out) {
+  for (int i = 0; i < 32; ++i) out[i] = (i < 16 ? scale_lo : scale_hi) * float(int8_t(w.b[i]));
+}
 #endif
 
 }  // namespace llmchat_quant

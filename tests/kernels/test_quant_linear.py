@@ -9,7 +9,7 @@ import torch
 from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS, QuantWeight, dequantize_ref
 from llmchat.kernels.quant_cpu_build import load_cpu_kernels
 from llmchat.kernels.quant_linear import (
-    GEMM_MIN_ROWS, dequantize_rows, quant_linear, quant_linear_ref, quantize_activations_ref,
+    GEMM_MIN_ROWS, dequantize_rows, qtype_number, quant_linear, quant_linear_ref, quantize_activations_ref,
 )
 from quant_testing import random_blocks, summed_magnitude
 
@@ -88,7 +88,13 @@ def test_dequantize_and_row_lookup_match_reference(cpu_kernels, qtype):
     weight, gen = _case(qtype, 0.3, seed=7 + hash(qtype) % 1000, num_out=19)
     want = dequantize_ref(weight)
     ids = torch.randint(0, weight.out_features, (11,), generator=gen)
-    torch.testing.assert_close(dequantize_rows(weight, ids, cpu_kernels), want[ids], rtol=2e-7, atol=0)
+    ulp_bound = 2.0**-23 * summed_magnitude(qtype, weight.data)[ids]  # the C++ path fuses scale * u + offset
+    assert bool(((dequantize_rows(weight, ids, cpu_kernels) - want[ids]).abs() <= ulp_bound).all())
+    scratch = torch.full((weight.out_features * weight.in_features + 5,), float("nan"))
+    whole = cpu_kernels.dequantize(weight.data, qtype_number(qtype), weight.out_features, weight.in_features,
+                                   None, scratch)
+    assert whole.data_ptr() == scratch.data_ptr()
+    assert bool(((whole - want).abs() <= 2.0**-23 * summed_magnitude(qtype, weight.data)).all())
     torch.testing.assert_close(dequantize_rows(weight, ids, None), want[ids], rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="row id out of range"):
         dequantize_rows(weight, torch.tensor([weight.out_features]), cpu_kernels)
