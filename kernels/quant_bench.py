@@ -6,7 +6,7 @@ Every quantized 2-D tensor of the file is one linear (for the default model: 210
 Q8_0 embedding as the output head, timed apart). Per row count, one pass runs every linear once; the paths are
 interleaved pass by pass and the median pass is reported, with the weight bytes each path reads and the
 bandwidth that implies. Paths: `fp32-packed` (kernels/linear.py, the weights dequantized at load), `int8-dot`
-(the C++ kernel on the quantized bytes), `dequant-gemm` (dequantize in C++, then `F.linear`: the many-rows path).
+(the C++ kernel on the quantized bytes), `dequant-gemm` (dequantize in C++ into one scratch buffer, then a oneDNN GEMM: the many-rows path).
 Run it alone on the machine (`flock -x`), and compare ratios from one run.
 """
 from __future__ import annotations
@@ -19,12 +19,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from torch.nn import functional as F
 
 from llmchat.kernels.linear import linear, prepack_linear_weight
 from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS, QuantWeight, dequantize_ref
 from llmchat.kernels.quant_cpu_build import load_cpu_kernels
-from llmchat.kernels.quant_linear import qtype_number
+from llmchat.kernels.quant_linear import gemm, qtype_number
 
 
 @dataclass(slots=True)
@@ -67,7 +66,7 @@ def _pass_fns(weights: list[QuantWeight], rows: int, ext) -> dict[str, tuple[obj
                                  for w, p, pw in zip(weights, packed, plain)], fp32_bytes),
         "int8-dot": (lambda: [ext.quant_linear(x[w.in_features], w.data, qtype_number(w.qtype), w.out_features,
                                                w.in_features) for w in weights], q_bytes),
-        "dequant-gemm": (lambda: [F.linear(x[w.in_features], ext.dequantize(w.data, qtype_number(w.qtype),
+        "dequant-gemm": (lambda: [gemm(x[w.in_features], ext.dequantize(w.data, qtype_number(w.qtype),
                                                                             w.out_features, w.in_features,
                                                                             None, scratch))
                                   for w in weights], q_bytes),
