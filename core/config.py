@@ -8,6 +8,7 @@ from pathlib import Path
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 MAX_SPECULATIVE_TOKENS = 16
 DEFAULT_SPECULATIVE_TOKENS = 4  # what the app, ask and serve draft at most per step (EngineConfig's own default: off)
+DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +111,11 @@ class EngineConfig:
                              f"got {self.num_speculative_tokens}")
         if self.kv_disk_bytes < 0:
             raise ValueError("the disk tier's budget (--kv-disk-gb) must not be negative")
+
+
+def model_label(model: str | None) -> str:
+    """The name to show for --model (a .gguf file or a model folder), or the default model's."""
+    if model is None:
+        return DEFAULT_MODEL_LABEL
+    path = Path(model)
+    return path.stem if path.suffix.lower() == ".gguf" else path.name

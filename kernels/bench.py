@@ -23,11 +23,11 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from llmchat.kernels import paged_decode_attention as decode_mod
-from llmchat.kernels import paged_prefill_attention as prefill_mod
-from llmchat.kernels import rms_norm as rms_norm_mod
-from llmchat.kernels import rope as rope_mod
-from llmchat.kernels import store_kv as store_kv_mod
+from . import paged_decode_attention as decode_mod
+from . import paged_prefill_attention as prefill_mod
+from . import rms_norm as rms_norm_mod
+from . import rope as rope_mod
+from . import store_kv as store_kv_mod
 
 HEAD_SHAPES = {"SmolLM2-135M": (9, 3, 64, 576), "Llama-3-8B": (32, 8, 128, 4096)}  # q heads, kv heads, dim, hidden
 
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(rows, copy_gbs, torch.cuda.get_device_name(device) if cuda else "cpu")
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump({"copy_gb_per_s": copy_gbs, "rows": [asdict(r) for r in rows]}, f, indent=2)
+            json.dump({"copy_gb_per_s": copy_gbs, "dtype": str(dtype).removeprefix("torch."), "rows": [asdict(r) for r in rows]}, f, indent=2)
     return 0
 
 

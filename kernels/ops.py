@@ -19,15 +19,15 @@ from typing import Literal
 
 import torch
 
-from llmchat.kernels import paged_decode_attention as _decode
-from llmchat.kernels import paged_prefill_attention as _prefill
-from llmchat.kernels import quant_linear as _quant_linear
-from llmchat.kernels import rms_norm as _rms_norm
-from llmchat.kernels import rope as _rope
-from llmchat.kernels import store_kv as _store_kv
-from llmchat.kernels.quant_blocks import QuantWeight
-from llmchat.kernels.rope import rope_cos_sin_cache
-from llmchat.kernels.triton_support import HAS_TRITON
+from . import paged_decode_attention as _decode
+from . import paged_prefill_attention as _prefill
+from . import quant_linear as _quant_linear
+from . import rms_norm as _rms_norm
+from . import rope as _rope
+from . import store_kv as _store_kv
+from .quant_blocks import QuantWeight
+from .rope import rope_cos_sin_cache
+from .triton_support import HAS_TRITON
 
 __all__ = [
     "BACKEND_ENV", "Backend", "resolve_backend", "store_kv", "paged_decode_attention",

@@ -2,7 +2,7 @@
 folded into the running (max, sum, acc) of an online softmax. A device function, called from kernels."""
 from __future__ import annotations
 
-from llmchat.kernels.triton_support import jit, tl
+from .triton_support import jit, tl
 
 
 @jit

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from llmchat.kernels.paged_attention_tile import _attend_paged_tile
-from llmchat.kernels.triton_support import cdiv, check_launchable, jit, next_power_of_2, tl, upcast_dot
+from .paged_attention_tile import _attend_paged_tile
+from .triton_support import cdiv, check_launchable, jit, next_power_of_2, tl, upcast_dot
 
 
 @jit

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from llmchat.kernels.linear import linear, prepack_linear_weight
-from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS, QuantWeight, dequantize_ref
-from llmchat.kernels.quant_cpu_build import load_cpu_kernels
-from llmchat.kernels.quant_linear import gemm, qtype_number
+from .linear import linear, prepack_linear_weight
+from .quant_blocks import BLOCK_LAYOUTS, QuantWeight, dequantize_ref
+from .quant_cpu_build import load_cpu_kernels
+from .quant_linear import gemm, qtype_number
 
 
 @dataclass(slots=True)

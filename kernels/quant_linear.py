@@ -18,8 +18,8 @@ from types import ModuleType
 import torch
 from torch.nn import functional as F
 
-from llmchat.kernels.linear import onednn_linear_available
-from llmchat.kernels.quant_blocks import QuantWeight, dequantize_blocks_ref, dequantize_ref
+from .linear import onednn_linear_available
+from .quant_blocks import QuantWeight, dequantize_blocks_ref, dequantize_ref
 
 # From this many rows on, dequantize + GEMM beats the integer dots. The default model's 210 projections
 # (kernels/quant_bench.py, AVX-512 VNNI EPYC, 2 threads, ms): int8-dot / dequant-gemm / fp32-packed

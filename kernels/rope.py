@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from llmchat.kernels.triton_support import check_launchable, jit, next_power_of_2, tl
+from .triton_support import check_launchable, jit, next_power_of_2, tl
 
 
 def rope_cos_sin_cache(head_dim: int, max_positions: int, base: float) -> torch.Tensor:

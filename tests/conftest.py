@@ -54,7 +54,7 @@ def _own_cache_dir(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def default_gguf() -> Path:
     """The default model's GGUF file (SmolLM2-135M-Instruct Q4_1), located or fetched like `llmchat pull` does."""
-    from llmchat.core.weights import ModelLoadError, default_gguf_path
+    from llmchat.core.weights.resolve import ModelLoadError, default_gguf_path
 
     try:
         return default_gguf_path(download=True)
@@ -65,7 +65,7 @@ def default_gguf() -> Path:
 @pytest.fixture(scope="session")
 def default_model_dir(default_gguf) -> Path:
     """The default model converted to a Hugging Face folder (in the user cache, like a real first start)."""
-    from llmchat.core.weights import resolve_model
+    from llmchat.core.weights.resolve import resolve_model
 
     return resolve_model(str(default_gguf))
 
@@ -77,9 +77,9 @@ def tiny_model(default_model_dir):
     Fast enough for engine and UI tests; its replies are gibberish but deterministic.
     """
     from llmchat.core.config import ModelConfig
-    from llmchat.core.loader import LoadedModel
-    from llmchat.core.model import build_model
-    from llmchat.core.tokenizer import Tokenizer
+    from llmchat.core.model.loader import LoadedModel
+    from llmchat.core.model.model import build_model
+    from llmchat.core.text.tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_dir(default_model_dir)
     cfg = ModelConfig(
@@ -98,8 +98,8 @@ def chatty_model(tiny_model):
     (a wall of newlines); an untied head gives varied, deterministic gibberish that is visible on screen."""
     import torch
 
-    from llmchat.core.loader import LoadedModel
-    from llmchat.core.model import build_model
+    from llmchat.core.model.loader import LoadedModel
+    from llmchat.core.model.model import build_model
 
     cfg = dataclasses.replace(tiny_model.config, tie_word_embeddings=False)
     torch.manual_seed(0)

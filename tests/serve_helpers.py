@@ -30,7 +30,7 @@ def write_tiny_model(folder: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from llmchat.core.checkpoint import expected_tensor_shapes
+    from llmchat.core.weights.checkpoint import expected_tensor_shapes
     from llmchat.core.config import ModelConfig
 
     folder.mkdir(parents=True)

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from llmchat.core import ask as core_ask
-from llmchat.core.sanitize import SafeTextStream, is_safe, safe_text
-from llmchat.tui import cli
+from llmchat.core.backends import ask as core_ask
+from llmchat.core.text.sanitize import SafeTextStream, is_safe, safe_text
+from llmchat.tui.commands import cli
 
 HOSTILE_REPLY = [
     "Sure. \x1b]52;c;ZWNobyBwd25lZA==\x07",  # OSC 52: write the clipboard

@@ -9,7 +9,7 @@ import sys
 def test_bench_quick_writes_named_measurements(default_model_dir, tmp_path):
     out = tmp_path / "bench.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "llmchat.tui.cli", "bench", "chat", "concurrent", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "llmchat.tui.commands.cli", "bench", "chat", "concurrent", "--quick", "--json", str(out)],
         capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr
@@ -25,14 +25,14 @@ def test_bench_quick_writes_named_measurements(default_model_dir, tmp_path):
 
 
 def test_bench_rejects_unknown_scenario():
-    result = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "bench", "nope"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", "bench", "nope"], capture_output=True, text=True)
     assert result.returncode == 2 and "unknown scenario" in result.stderr
 
 
 def test_bench_decode_reports_bandwidth_and_memory_reports_rss(default_model_dir, tmp_path):
     out = tmp_path / "bench.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "llmchat.tui.cli", "bench", "decode", "memory", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "llmchat.tui.commands.cli", "bench", "decode", "memory", "--quick", "--json", str(out)],
         capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stderr
@@ -52,7 +52,7 @@ def test_bench_decode_reports_bandwidth_and_memory_reports_rss(default_model_dir
 def test_bench_speculative_names_its_variants_and_metrics(default_model_dir, tmp_path):
     out = tmp_path / "bench.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "llmchat.tui.cli", "bench", "speculative", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "llmchat.tui.commands.cli", "bench", "speculative", "--quick", "--json", str(out)],
         capture_output=True, text=True, timeout=900,
     )
     assert result.returncode == 0, result.stderr

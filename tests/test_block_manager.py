@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from llmchat.core import block_manager as bm_module
-from llmchat.core.block_manager import BlockManager, hash_block
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.sequence import Sequence
+from llmchat.core.engine import block_manager as bm_module
+from llmchat.core.engine.block_manager import BlockManager, hash_block
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.engine.sequence import Sequence
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=16)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from llmchat.core.block_manager import BlockManager
-from llmchat.core.block_map import block_map_of
+from llmchat.core.engine.block_manager import BlockManager
+from llmchat.core.inspect.block_map import block_map_of
 from llmchat.core.config import EngineConfig
-from llmchat.core.engine import LLMEngine
-from llmchat.core.metrics import PrefixTiers
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.sequence import Sequence
-from llmchat.core.service import EngineService
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.api.metrics import PrefixTiers
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.engine.sequence import Sequence
+from llmchat.core.backends.service import EngineService
 
 
 def seq(request_id: int, token_ids: list[int]) -> Sequence:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from llmchat.core.cache_check import check_cache, compare_runs
+from llmchat.core.inspect.cache_check import check_cache, compare_runs
 from llmchat.core.config import EngineConfig
-from llmchat.core.engine import LLMEngine
-from llmchat.core.loader import load_model
-from llmchat.core.prompt import prompt_ids_for
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.service import EngineService
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.model.loader import load_model
+from llmchat.core.text.prompt import prompt_ids_for
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.backends.service import EngineService
 
 SYSTEM = "You are a meticulous assistant for a team of engineers. " * 4
 

@@ -6,16 +6,16 @@ import dataclasses
 
 import torch
 
-from llmchat.core.block_manager import hash_block
-from llmchat.core.cache_explainer import PromptContext, explain_reuse
+from llmchat.core.engine.block_manager import hash_block
+from llmchat.core.engine.cache_explainer import PromptContext, explain_reuse
 from llmchat.core.config import EngineConfig
-from llmchat.core.conversation import ChatSettings, Conversation
-from llmchat.core.engine import LLMEngine
-from llmchat.core.events import Finished
-from llmchat.core.loader import LoadedModel
-from llmchat.core.model import build_model
-from llmchat.core.prompt import prompt_ids_for
-from llmchat.core.sampling import SamplingParams
+from llmchat.core.chats.conversation import ChatSettings, Conversation
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.api.events import Finished
+from llmchat.core.model.loader import LoadedModel
+from llmchat.core.model.model import build_model
+from llmchat.core.text.prompt import prompt_ids_for
+from llmchat.core.api.params import SamplingParams
 
 BS = 16
 PARAMS = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -215,7 +215,7 @@ def test_disk_miss_after_a_restart(tiny_model, tmp_path):
 
 
 def test_disk_corrupt_entry(tiny_model, tmp_path):
-    from llmchat.core.kv_disk_folder import entry_path
+    from llmchat.core.kvdisk.folder import entry_path
 
     engine = disk_engine(tiny_model, tmp_path / "kv")
     chat = new_chat()

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.core.bench import chat_turn
-from llmchat.core.chat_import import ChatImportError, conversation_from_json, conversation_from_markdown
+from llmchat.core.bench.bench import chat_turn
+from llmchat.core.chats.exchange import ChatImportError, conversation_from_json, conversation_from_markdown
 from llmchat.core.config import EngineConfig
-from llmchat.core.conversation import ChatSettings, Conversation, Message
-from llmchat.core.engine import LLMEngine
-from llmchat.core.store import ChatStore
-from llmchat.tui import cli
-from llmchat.tui.export import chat_dict, chat_json, chat_markdown
+from llmchat.core.chats.conversation import ChatSettings, Conversation, Message
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.chats.store import ChatStore
+from llmchat.tui.commands import cli
+from llmchat.tui.commands.export import chat_dict, chat_json, chat_markdown
 
 
 def engine_for(tiny_model) -> LLMEngine:
@@ -143,7 +143,7 @@ def test_a_bad_file_through_the_cli_is_one_line_exit_2_and_nothing_stored(tmp_pa
         store.create_chat()
     bad = tmp_path / "bad.json"
     bad.write_text(broken("messages", [GOOD["messages"][0], {"role": "user", "content": 3}]))
-    done = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "import", str(bad), "--data-dir", str(data)],
+    done = subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", "import", str(bad), "--data-dir", str(data)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     err = done.stderr.strip().splitlines()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.core import chat_search
-from llmchat.core.conversation import Message
-from llmchat.core.store import ChatStore
+from llmchat.core.chats import search as chat_search
+from llmchat.core.chats.conversation import Message
+from llmchat.core.chats.store import ChatStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.core.chat_template import ChatTemplateError, compile_chat_template, render_chat_template
-from llmchat.core.gguf_meta import open_gguf
-from llmchat.core.gguf_tokenizer import tokenizer_files_from_gguf
-from llmchat.core.tokenizer import Tokenizer
+from llmchat.core.text.chat_template import ChatTemplateError, compile_chat_template, render_chat_template
+from llmchat.core.weights.gguf_meta import open_gguf
+from llmchat.core.weights.gguf_tokenizer import tokenizer_files_from_gguf
+from llmchat.core.text.tokenizer import Tokenizer
 
 CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
           "{% if add_generation_prompt %}{{'<|im_start|>assistant\n'}}{% endif %}")

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from llmchat.core.conversation import DEFAULT_TITLE, ChatSettings, Conversation
-from llmchat.core.prompt import prompt_ids_for
-from llmchat.core.tokenizer import Tokenizer
+from llmchat.core.chats.conversation import DEFAULT_TITLE, ChatSettings, Conversation
+from llmchat.core.text.prompt import prompt_ids_for
+from llmchat.core.text.tokenizer import Tokenizer
 
 
 def turn(tok, chat: Conversation, text: str, reply_ids: list[int], reply_text: str) -> list[int]:

@@ -7,15 +7,15 @@ import threading
 import pytest
 
 from llmchat.core.config import EngineConfig
-from llmchat.core.conversation import ChatSettings, Conversation
-from llmchat.core.dense import generate_dense
-from llmchat.core.engine import LLMEngine
-from llmchat.core.events import Finished, Started, TextDelta
-from llmchat.core.loader import load_model
-from llmchat.core.prompt import prompt_ids_for
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.sequence import FinishReason
-from llmchat.core.service import EngineService, RequestHandle
+from llmchat.core.chats.conversation import ChatSettings, Conversation
+from llmchat.core.model.dense import generate_dense
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.api.events import Finished, Started, TextDelta
+from llmchat.core.model.loader import load_model
+from llmchat.core.text.prompt import prompt_ids_for
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.engine.sequence import FinishReason
+from llmchat.core.backends.service import EngineService, RequestHandle
 
 QUESTIONS = [
     "What is the capital of France? Answer in one sentence.",

@@ -4,10 +4,10 @@ from __future__ import annotations
 import torch
 
 from llmchat.core.config import EngineConfig
-from llmchat.core.dense import generate_dense
-from llmchat.core.engine import LLMEngine
-from llmchat.core.events import Finished
-from llmchat.core.sampling import SamplingParams
+from llmchat.core.model.dense import generate_dense
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.api.events import Finished
+from llmchat.core.api.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
 

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmchat.core.block_manager import hash_block
+from llmchat.core.engine.block_manager import hash_block
 from llmchat.core.config import EngineConfig
-from llmchat.core.engine import LLMEngine
-from llmchat.core.events import Finished
-from llmchat.core.kv_disk_format import BadEntry, BlockKey, BlockLayout, decode_entry, encode_header
-from llmchat.core.kv_disk_folder import entry_path, scan
-from llmchat.core.kv_disk_store import KVDiskStore
-from llmchat.core.sampling import SamplingParams
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.api.events import Finished
+from llmchat.core.kvdisk.entry import BadEntry, BlockKey, BlockLayout, decode_entry, encode_header
+from llmchat.core.kvdisk.folder import entry_path, scan
+from llmchat.core.kvdisk.store import KVDiskStore
+from llmchat.core.api.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
 SYSTEM = "You are a careful assistant. " * 12
@@ -214,9 +214,9 @@ def test_files_are_private(tmp_path):
 _WRITER = textwrap.dedent("""
     import sys, torch
     from pathlib import Path
-    from llmchat.core.block_manager import hash_block
-    from llmchat.core.kv_disk_format import BlockKey, BlockLayout
-    from llmchat.core.kv_disk_store import KVDiskStore
+    from llmchat.core.engine.block_manager import hash_block
+    from llmchat.core.kvdisk.entry import BlockKey, BlockLayout
+    from llmchat.core.kvdisk.store import KVDiskStore
     n = 1 << 21  # 8 MB blocks: writes take long enough to be killed in the middle of one
     layout = BlockLayout(b"f" * 16, "float32", (n,), 4 * n)
     store = KVDiskStore(Path(sys.argv[1]), layout, budget_bytes=1 << 40)
@@ -267,7 +267,7 @@ def test_a_live_processes_temp_file_is_left_alone(tmp_path):
 
 
 def run_cli(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmchat.tui.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", *args], capture_output=True, text=True,
                           timeout=300, **kw)
 
 

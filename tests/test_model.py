@@ -8,9 +8,9 @@ import sys
 import pytest
 import torch
 
-from llmchat.core.dense import DenseKV, generate_dense
-from llmchat.core.loader import load_model
-from llmchat.core.sampling import SamplingParams
+from llmchat.core.model.dense import DenseKV, generate_dense
+from llmchat.core.model.loader import load_model
+from llmchat.core.api.params import SamplingParams
 
 PROMPTS = [
     "What is the capital of France? Answer in one sentence.",
@@ -72,7 +72,7 @@ def test_greedy_tokens_match_transformers(ours, reference, question):
 @pytest.mark.slow
 def test_ask_answers_the_capital_of_france(default_model_dir):
     result = subprocess.run(
-        [sys.executable, "-m", "llmchat.tui.cli", "ask", "What is the capital of France? Answer in one sentence.",
+        [sys.executable, "-m", "llmchat.tui.commands.cli", "ask", "What is the capital of France? Answer in one sentence.",
          "--temperature", "0", "--stats"],
         capture_output=True, text=True, timeout=300,
     )
@@ -85,7 +85,7 @@ def test_ask_bad_model_is_one_line_exit_2(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 10)
     result = subprocess.run(
-        [sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", "--model", str(bad)],
+        [sys.executable, "-m", "llmchat.tui.commands.cli", "ask", "hi", "--model", str(bad)],
         capture_output=True, text=True, timeout=120, env={**os.environ, "LLMCHAT_CACHE_DIR": str(tmp_path / "c")},
     )
     assert result.returncode == 2
@@ -98,20 +98,20 @@ def test_ask_bad_model_is_one_line_exit_2(tmp_path):
 def test_ask_on_a_missing_gpu_is_one_line_exit_2():
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", "--device", "cuda"],
+    result = subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", "ask", "hi", "--device", "cuda"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "no CUDA GPU" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_ask_empty_question_is_refused():
     result = subprocess.run(
-        [sys.executable, "-m", "llmchat.tui.cli", "ask", "   "], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "llmchat.tui.commands.cli", "ask", "   "], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 2 and "empty" in result.stderr
 
 
 def test_version_and_help():
-    out = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "--version"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("llmchat ")
-    out = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "ask" in out.stdout and "pull" in out.stdout

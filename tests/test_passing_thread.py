@@ -30,7 +30,7 @@ def test_an_error_is_raised_in_the_caller():
 
 
 def test_the_apps_engine_is_built_in_a_thread_that_has_ended_when_the_engine_starts(tiny_model, monkeypatch):
-    import llmchat.core.loader as loader
+    from llmchat.core.model import loader as loader
     from llmchat.core.config import EngineConfig
     from llmchat.tui.bridge import default_engine_factory
 

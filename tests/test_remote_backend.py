@@ -10,14 +10,14 @@ import time
 import openai
 import pytest
 
-from llmchat.core.conversation import Conversation
-from llmchat.core.events import Finished, Started, TextDelta
-from llmchat.core.remote_backend import RemoteBackend, RemoteError
-from llmchat.core.remote_stats import parse_server_metrics
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.sequence import FinishReason
-from llmchat.core.serve_metrics import ServeMetrics
-from llmchat.core.metrics import EngineStats
+from llmchat.core.chats.conversation import Conversation
+from llmchat.core.api.events import Finished, Started, TextDelta
+from llmchat.core.backends.remote import RemoteBackend, RemoteError
+from llmchat.core.backends.remote_stats import parse_server_metrics
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.api.events import FinishReason
+from llmchat.core.serve.metrics import ServeMetrics
+from llmchat.core.api.metrics import EngineStats
 
 from serve_helpers import Server, llmchat_exe
 
@@ -85,7 +85,8 @@ def test_a_remote_chat_streams_events_in_order_and_reports_what_the_server_says(
         assert second.metrics.num_cached_tokens >= m.num_prompt_tokens // 16 * 16
         # the llmchat server's /metrics fill the KV and queue figures
         deadline = time.monotonic() + 10
-        while not backend.stats().prefix_cache_hit_rate > 0:  # (NaN until a scrape after the requests)
+        # (NaN until a scrape after the requests; a scrape taken while the second one ran shows it running)
+        while not ((s := backend.stats()).prefix_cache_hit_rate > 0 and s.num_running == 0):
             assert time.monotonic() < deadline, "no figures from /metrics"
             time.sleep(0.1)
         stats = backend.stats()

@@ -11,7 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmchat.core.sampling import MAX_TOKENS_LIMIT, SamplingParams, filtered_probs, sample
+from llmchat.core.api.params import MAX_TOKENS_LIMIT, SamplingParams
+from llmchat.core.model.sampling import filtered_probs, make_generator, sample
 
 BAD_PARAMS = [
     ({"temperature": float("nan")}, "temperature must be a finite number"),
@@ -53,7 +54,7 @@ def test_tiny_temperatures_are_greedy_and_never_raise(temperature: float) -> Non
     logits = torch.tensor([[0.5, 3.0, -2.0, 2.999]])
     p = SamplingParams(temperature=temperature)
     assert p.greedy
-    assert sample(logits, [p], [p.make_generator()]) == [1]
+    assert sample(logits, [p], [make_generator(p)]) == [1]
 
 
 @pytest.mark.parametrize("temperature", [1e-5, 1e-4])
@@ -83,7 +84,7 @@ def test_multinomial_never_sees_nan_or_inf(values, temperature, top_p, top_k, se
     assert torch.isfinite(probs).all() and (probs >= 0).all()
     assert math.isclose(probs.sum().item(), 1.0, rel_tol=1e-4)
     assert not (probs[torch.isnan(logits)] > 0).any()  # a NaN logit is never chosen
-    (token,) = sample(logits[None], [params], [params.make_generator()])
+    (token,) = sample(logits[None], [params], [make_generator(params)])
     assert probs[token] > 0
 
 
@@ -97,7 +98,7 @@ def test_cli_temperature_nan_is_one_line_exit_2_before_loading(tmp_path) -> None
         if needle is None:
             SamplingParams(temperature=float(value))
             continue
-        result = subprocess.run([sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", flag, value, "--model",
+        result = subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", "ask", "hi", flag, value, "--model",
                                  str(tmp_path / "never-read.gguf")],
                                 capture_output=True, text=True, timeout=120, env={**os.environ, **env_cache})
         assert result.returncode == 2, result.stderr

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from llmchat.core.block_manager import BlockManager
-from llmchat.core.sampling import SamplingParams
-from llmchat.core.scheduler import ScheduledBatch, Scheduler
-from llmchat.core.sequence import FinishReason, Sequence, SequenceStatus
+from llmchat.core.engine.block_manager import BlockManager
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.engine.scheduler import ScheduledBatch, Scheduler
+from llmchat.core.engine.sequence import FinishReason, Sequence, SequenceStatus
 
 
 def next_token(token_ids: list[int]) -> int:

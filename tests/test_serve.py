@@ -218,7 +218,7 @@ def test_a_restarted_server_gets_the_prefix_back_from_the_disk_tier(tiny_model_d
 
 
 def test_loopback_is_told_apart():
-    from llmchat.tui.serve import is_loopback
+    from llmchat.tui.commands.serve import is_loopback
 
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.2") and not is_loopback("example.org")

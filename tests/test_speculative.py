@@ -13,17 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmchat.core.config import DEFAULT_SPECULATIVE_TOKENS, EngineConfig
-from llmchat.core.dense import DenseKV, generate_dense
-from llmchat.core.draft import NgramIndex
-from llmchat.core.engine import LLMEngine
-from llmchat.core.engine_facts import facts_of
-from llmchat.core.events import Finished, TextDelta
-from llmchat.core.loader import LoadedModel
-from llmchat.core.model import build_model
-from llmchat.core.sampling import SamplingParams, filtered_probs
-from llmchat.core.spec_verify import verify_drafts
-from llmchat.core.speculative import MAX_DECODE_ROWS, AdaptiveK
-from llmchat.tui.cli import build_parser, engine_config
+from llmchat.core.model.dense import DenseKV, generate_dense
+from llmchat.core.engine.spec.draft import NgramIndex
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.inspect.engine_facts import facts_of
+from llmchat.core.api.events import Finished, TextDelta
+from llmchat.core.model.loader import LoadedModel
+from llmchat.core.model.model import build_model
+from llmchat.core.model.sampling import SamplingParams, filtered_probs
+from llmchat.core.engine.spec.verify import verify_drafts
+from llmchat.core.engine.spec.speculative import MAX_DECODE_ROWS, AdaptiveK
+from llmchat.tui.commands.cli import build_parser, engine_config
 
 OFF = EngineConfig(num_speculative_tokens=0)
 LONG = SamplingParams(temperature=0, max_tokens=60, ignore_eos=True)

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmchat.core.conversation import DEFAULT_TITLE, TITLE_MAX_CHARS, ChatSettings, Message, title_from
-from llmchat.core.metrics import RequestMetrics
-from llmchat.core.store import ChatStore, DataDirInUse
-from llmchat.core.store_rows import blob_to_ids, ids_to_blob, metrics_from_json, metrics_to_json
+from llmchat.core.chats.conversation import DEFAULT_TITLE, TITLE_MAX_CHARS, ChatSettings, Message, title_from
+from llmchat.core.api.metrics import RequestMetrics
+from llmchat.core.chats.store import ChatStore, DataDirInUse
+from llmchat.core.chats.rows import blob_to_ids, ids_to_blob, metrics_from_json, metrics_to_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -224,7 +224,7 @@ def test_one_writer_per_data_dir_and_readers_allowed(tmp_path):
     with pytest.raises(DataDirInUse, match="--data-dir"):
         ChatStore(tmp_path)
     code = (
-        "import sys; from llmchat.core.store import ChatStore, DataDirInUse\n"
+        "import sys; from llmchat.core.chats.store import ChatStore, DataDirInUse\n"
         "try:\n    ChatStore(sys.argv[1])\nexcept DataDirInUse as e:\n    print(e); sys.exit(3)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from llmchat.core.chat_import import conversation_from_json
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore
-from llmchat.tui.export import chat_json
+from llmchat.core.chats.exchange import conversation_from_json
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore
+from llmchat.tui.commands.export import chat_json
 
 SETTINGS = ChatSettings("Be brief.", 0.8, 0.9, 64, top_k=40, seed=2**63 - 1, stop=("User:", "\n\n"))
 

@@ -22,8 +22,8 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmchat.core.gguf_tokenizer import tokenizer_files_from_gguf
-from llmchat.core.tokenizer import IncrementalDetokenizer, Tokenizer
+from llmchat.core.weights.gguf_tokenizer import tokenizer_files_from_gguf
+from llmchat.core.text.tokenizer import IncrementalDetokenizer, Tokenizer
 
 # ----------------------------------------------------------------------------- slow reference BPE
 

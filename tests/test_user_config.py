@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.core import ask as core_ask
-from llmchat.core.conversation import ChatSettings
+from llmchat.core.backends import ask as core_ask
+from llmchat.core.chats.conversation import ChatSettings
 from llmchat.core.user_config import ConfigError, UserConfig, config_path, load_or_default, load_user_config, parse_config
-from llmchat.tui import cli
-from llmchat.tui.config_command import chat_defaults, start_theme
+from llmchat.tui.commands import cli
+from llmchat.tui.commands.config import chat_defaults, start_theme
 
 GOOD = """\
 # my llmchat
@@ -140,7 +140,7 @@ def test_new_chats_take_the_files_sampling_defaults_and_an_unknown_theme_is_said
 
 
 def run_llmchat(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmchat.tui.cli", *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "llmchat.tui.commands.cli", *argv], capture_output=True, text=True,
                           env=os.environ.copy(), timeout=120)
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from llmchat.core.dense import DenseKV, generate_dense
-from llmchat.core.loader import load_model
-from llmchat.core.sampling import SamplingParams
+from llmchat.core.model.dense import DenseKV, generate_dense
+from llmchat.core.model.loader import load_model
+from llmchat.core.api.params import SamplingParams
 from llmchat.kernels.linear import cpu_has_native_bf16
 
 GATE_TEXT = Path(__file__).parent / "data" / "gate_text.txt"
@@ -79,7 +79,7 @@ def test_bf16_weights_keep_the_gate_text_nll_within_one_percent(default_model_di
 
 
 def test_auto_weight_format_is_the_reference_until_a_format_passes_the_gate():
-    from llmchat.core.loader import resolve_weight_dtype
+    from llmchat.core.model.loader import resolve_weight_dtype
 
     assert resolve_weight_dtype("auto", "cpu", "float32") == "float32"
     assert resolve_weight_dtype("bfloat16", "cpu", "float32") == "bfloat16"

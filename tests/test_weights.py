@@ -18,11 +18,11 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from safetensors.torch import save_file
 
-from llmchat.core import weights
-from llmchat.core.checkpoint import expected_tensor_shapes, load_checkpoint
+from llmchat.core.weights import resolve as weights
+from llmchat.core.weights.checkpoint import expected_tensor_shapes, load_checkpoint
 from llmchat.core.config import ModelConfig
-from llmchat.core.gguf_convert import unpermute_qk
-from llmchat.core.weights import ModelLoadError, resolve_model
+from llmchat.core.weights.gguf_convert import unpermute_qk
+from llmchat.core.weights.resolve import ModelLoadError, resolve_model
 
 HIDDEN, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, FFN, NUM_LAYERS = 32, 4, 2, 8, 64, 2
 CHATML = ("{% for m in messages %}{{'<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n'}}{% endfor %}"
@@ -506,7 +506,7 @@ def test_default_model_converts_cold_and_loads_warm(default_gguf: Path, cache: P
 
 # ------------------------------------------------------------------------------- the cache is verified on load
 
-from llmchat.core import weight_cache  # noqa: E402
+from llmchat.core.weights import cache as weight_cache  # noqa: E402
 
 
 def assert_weights_are(folder: Path, expected: dict[str, np.ndarray]) -> None:
@@ -618,7 +618,7 @@ def test_data_is_fsynced_before_the_entry_is_renamed_into_place(tmp_path: Path,
 KILLED_CONVERTER = """
 import sys, time
 from pathlib import Path
-from llmchat.core import weight_cache
+from llmchat.core.weights import cache as weight_cache
 real = weight_cache.write_json_atomic
 def slow(path, data):
     real(path, data)
@@ -626,7 +626,7 @@ def slow(path, data):
         print("written", flush=True)
         time.sleep(600)
 weight_cache.write_json_atomic = slow
-from llmchat.core.weights import resolve_model
+from llmchat.core.weights.resolve import resolve_model
 resolve_model(Path(sys.argv[1]))
 """
 
@@ -718,7 +718,7 @@ def run_ask_measuring_rss(model: Path, cache: Path) -> tuple[int, str, int]:
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "llmchat.tui.cli", "ask", "hi", "--model", str(model),
+    proc = subprocess.Popen([sys.executable, "-m", "llmchat.tui.commands.cli", "ask", "hi", "--model", str(model),
                              "--max-tokens", "1", "--temperature", "0"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "LLMCHAT_CACHE_DIR": str(cache)})
     stderr = proc.stderr.read() if proc.stderr else ""

@@ -20,29 +20,29 @@ from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore, DataDirInUse, default_data_dir
-from llmchat.tui.actions import THEMES, ChatActions
-from llmchat.tui.bridge import EngineBridge, default_engine_factory
-from llmchat.tui.config_command import chat_defaults, start_theme
-from llmchat.tui.key_bindings import apply_config_keys, with_ids
-from llmchat.tui.chat_ops import ChatOps
-from llmchat.tui.model_switch import remember_model
-from llmchat.tui.messages import (
+from ..core.chats.conversation import ChatSettings
+from ..core.chats.store import ChatStore, DataDirInUse, default_data_dir
+from .actions.chats import THEMES, ChatActions
+from .bridge import EngineBridge, default_engine_factory
+from .commands.config import chat_defaults, start_theme
+from .text.key_bindings import apply_config_keys, with_ids
+from .actions.cache_ops import ChatOps
+from .actions.model_switch import remember_model
+from .messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks, SaveFailed,
     TurnFinished,
     TurnRefused, TurnStarted,
 )
-from llmchat.tui.screens.chat import BannerView, ChatScreen
-from llmchat.tui.session import ChatSession
-from llmchat.tui.turns import TurnManager
-from llmchat.tui.widgets.chat_list import ChatList
-from llmchat.tui.widgets.prompt_input import PromptInput
+from .screens.chat import BannerView, ChatScreen
+from .session import ChatSession
+from .turns import TurnManager
+from .widgets.chat_list import ChatList
+from .widgets.prompt_input import PromptInput
 
 if TYPE_CHECKING:
-    from llmchat.core.config import EngineConfig
-    from llmchat.core.user_config import UserConfig
-    from llmchat.tui.bridge import EngineFactory
+    from ..core.config import EngineConfig
+    from ..core.user_config import UserConfig
+    from .bridge import EngineFactory
 
 STATS_INTERVAL_S = 0.25  # panels refresh at 4 Hz at most
 RESIDENT_INTERVAL_S = 1.0  # the per-chat KV breakdown is asked of the engine once a second at most
@@ -88,7 +88,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
         self.loaded_model = model  # the --model loaded (tui/model_switch.py)
         self.switching_model = False
         if engine_factory is None:
-            from llmchat.core.config import EngineConfig
+            from ..core.config import EngineConfig
 
             config = engine_config or EngineConfig()
             self.model_factory = lambda m: default_engine_factory(replace(config, model=m))
@@ -205,7 +205,7 @@ class LlmChatApp(ChatOps, ChatActions, App):
             screen.chat_list.refresh_chat(session.chat_id)
         current = self.current
         if current is not None and current.busy:
-            from llmchat.tui.widgets.transcript import live_text
+            from .widgets.transcript import live_text
 
             view = screen.transcript.reply_view(current.turn.reply)
             if view is not None:
@@ -371,14 +371,14 @@ def merged_draft(refused: str, typed: str) -> str:
 def run_app(args: argparse.Namespace) -> int:
     """`llmchat`: the app on args.data_dir (default: the user data dir), the engine as the flags ask
     (--model, --device, --kv-cache-gb, --no-prefix-cache)."""
-    from llmchat.tui.bridge import DEFAULT_MAX_NUM_SEQS
-    from llmchat.tui.cli import engine_config
+    from .bridge import DEFAULT_MAX_NUM_SEQS
+    from .commands.cli import engine_config
 
     config = engine_config(args, max_num_seqs=DEFAULT_MAX_NUM_SEQS)  # ValueError: a bad flag, said in one line
     data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
     factory = None
     if getattr(args, "backend", None):  # a remote OpenAI-compatible server instead of the embedded engine
-        from llmchat.tui.bridge import remote_engine_factory
+        from .bridge import remote_engine_factory
 
         factory = remote_engine_factory(args.backend, args.api_key, getattr(args, "model", None))
     try:

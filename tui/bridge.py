@@ -8,28 +8,27 @@ four chats streaming at once cost the UI one drain per frame, not one message pe
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from textual.app import App
 
-from llmchat.core.protocol import Backend, BackendInfo, Handle, Sink
-from llmchat.tui.messages import (EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported,
+from ..core.api.protocol import Backend, BackendInfo, Handle, Sink
+from ..core.config import model_label
+from .messages import (EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported,
                                   ResidentBlocks)
 
 if TYPE_CHECKING:  # the engine loads lazily, in a worker thread
-    from llmchat.core.config import EngineConfig
-    from llmchat.core.conversation import Conversation
-    from llmchat.core.events import EngineEvent
-    from llmchat.core.metrics import EngineStats
-    from llmchat.core.sampling import SamplingParams
+    from ..core.config import EngineConfig
+    from ..core.chats.conversation import Conversation
+    from ..core.api.events import EngineEvent
+    from ..core.api.metrics import EngineStats
+    from ..core.api.params import SamplingParams
 
 EngineFactory = Callable[[Callable[[str], None], Sink], Backend]
 
 DEFAULT_MAX_NUM_SEQS = 8
-DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 
 
 @dataclass(slots=True)
@@ -42,11 +41,11 @@ def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactor
     """Load config.model (fetching/converting it on first use) and start the in-process engine."""
 
     def factory(progress: Callable[[str], None], sink: Sink) -> Backend:
-        from llmchat.core.config import EngineConfig
-        from llmchat.core.engine import LLMEngine
-        from llmchat.core.loader import load_model_for
-        from llmchat.core.passing_thread import run_in_passing_thread
-        from llmchat.core.service import EngineService
+        from ..core.config import EngineConfig
+        from ..core.engine.engine import LLMEngine
+        from ..core.model.loader import load_model_for
+        from ..core.passing_thread import run_in_passing_thread
+        from ..core.backends.service import EngineService
 
         cfg = config or EngineConfig(max_num_seqs=DEFAULT_MAX_NUM_SEQS)
 
@@ -65,20 +64,12 @@ def remote_engine_factory(url: str, api_key: str | None = None, model: str | Non
     """Chat through an OpenAI-compatible server (core/remote_backend.py) instead of the embedded engine."""
 
     def factory(progress: Callable[[str], None], sink: Sink) -> Backend:
-        from llmchat.core.remote_backend import RemoteBackend
+        from ..core.backends.remote import RemoteBackend
 
         progress(f"connecting to {url}")
         return RemoteBackend(url, sink, api_key=api_key, model=model)
 
     return factory
-
-
-def model_label(model: str | None) -> str:
-    """The name to show for --model (a .gguf file or a model folder), or the default model's."""
-    if model is None:
-        return DEFAULT_MODEL_LABEL
-    path = Path(model)
-    return path.stem if path.suffix.lower() == ".gguf" else path.name
 
 
 def one_line(error: BaseException) -> str:

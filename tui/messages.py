@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from textual.message import Message
 
-from llmchat.core.protocol import BackendInfo
+from ..core.api.protocol import BackendInfo
 
 if TYPE_CHECKING:
-    from llmchat.tui.session import ChatSession
+    from .session import ChatSession
 
 
 class EngineProgress(Message):

@@ -5,10 +5,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmchat.core.conversation import ChatSettings, Conversation, Message
+from ..core.chats.conversation import ChatSettings, Conversation, Message
 
 if TYPE_CHECKING:
-    from llmchat.core.protocol import Handle
+    from ..core.api.protocol import Handle
 
 
 @dataclass(slots=True)

@@ -14,16 +14,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from llmchat.core.conversation import STATUS_OF_REASON
-from llmchat.tui.bridge import EngineBridge, StreamItem
-from llmchat.tui.messages import SaveFailed, TurnFinished, TurnRefused, TurnStarted
-from llmchat.tui.session import Banner, ChatSession, Turn
+from ..core.chats.conversation import STATUS_OF_REASON
+from .bridge import EngineBridge, StreamItem
+from .messages import SaveFailed, TurnFinished, TurnRefused, TurnStarted
+from .session import Banner, ChatSession, Turn
 
 if TYPE_CHECKING:
     from textual.message import Message
 
-    from llmchat.core.events import Finished
-    from llmchat.core.store import ChatStore
+    from ..core.api.events import Finished
+    from ..core.chats.store import ChatStore
 
 SAVE_EVERY_S = 2.0
 
@@ -99,7 +99,7 @@ class TurnManager:
 
     @staticmethod
     def params_of(session: ChatSession):
-        from llmchat.core.sampling import SamplingParams
+        from ..core.api.params import SamplingParams
 
         s = session.settings
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens, top_k=s.top_k,
@@ -118,7 +118,7 @@ class TurnManager:
     # -- stream -----------------------------------------------------------------------------
     def apply(self, items: list[StreamItem]) -> None:
         """Take backend events into the turns; the app shows the text (20 Hz at most)."""
-        from llmchat.core.events import Finished, Started  # (loaded with the backend, not with the UI)
+        from ..core.api.events import Finished, Started  # (loaded with the backend, not with the UI)
 
         for item in items:
             session = self.by_handle.get(item.handle.handle_id)

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from llmchat.kernels import bench
+
+from kernel_testing import tolerance
 
 
 def test_bench_tiny_writes_every_row(tmp_path, capsys):
@@ -17,7 +21,8 @@ def test_bench_tiny_writes_every_row(tmp_path, capsys):
         assert {r["op"] for r in rows if r["model"] == model} == ops
     assert all(r["ms"] > 0 for r in rows)
     sdpa = [r for r in rows if r["impl"].startswith("sdpa")]
-    assert len(sdpa) == 2 * len(bench.HEAD_SHAPES) and all(r["max_err"] < 1e-5 for r in sdpa)
+    bound = tolerance(getattr(torch, report["dtype"]))  # fp32 on CPU; bf16 on CUDA (checked on an H200)
+    assert len(sdpa) == 2 * len(bench.HEAD_SHAPES) and all(r["max_err"] < bound for r in sdpa)
     assert all(r["copy_fraction"] > 0 for r in rows if r["op"] == "decode attention")
     printed = capsys.readouterr().out
     assert "copy bandwidth" in printed and "decode attention" in printed

@@ -12,8 +12,8 @@ def engine_factory(chatty_model):
 
     def factory(progress, sink):
         from llmchat.core.config import EngineConfig
-        from llmchat.core.engine import LLMEngine
-        from llmchat.core.service import EngineService
+        from llmchat.core.engine.engine import LLMEngine
+        from llmchat.core.backends.service import EngineService
 
         progress("building the tiny test engine")
         config = EngineConfig(max_num_seqs=8, kv_cache_bytes=4 << 20)  # 512 blocks of 16 tokens

@@ -8,10 +8,10 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from llmchat.core.events import Finished, Started, TextDelta
-from llmchat.core.metrics import EngineStats, RequestMetrics
-from llmchat.core.protocol import BackendInfo
-from llmchat.core.sequence import FinishReason
+from llmchat.core.api.events import Finished, Started, TextDelta
+from llmchat.core.api.metrics import EngineStats, RequestMetrics
+from llmchat.core.api.protocol import BackendInfo
+from llmchat.core.api.events import FinishReason
 
 
 @dataclass(slots=True)

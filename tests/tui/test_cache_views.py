@@ -10,7 +10,7 @@ from dataclasses import replace
 import torch
 from tui_helpers import SIZE, capture, one_turn, press, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
+from llmchat.core.chats.conversation import ChatSettings
 from llmchat.tui.screens.block_map import BlockMapScreen
 from llmchat.tui.screens.misconceptions import facts_text
 

@@ -8,8 +8,8 @@ import asyncio
 
 from tui_helpers import SIZE, capture, one_turn, press, quit_app, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore
 from llmchat.tui.screens.edit_message import EditMessageScreen
 
 BS = 16

@@ -6,8 +6,8 @@ import re
 
 from tui_helpers import SIZE, press, quit_app, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore
 from llmchat.tui.screens.dialogs import ConfirmScreen, TextPromptScreen
 
 

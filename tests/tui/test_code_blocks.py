@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from llmchat.tui.code_blocks import CodeBlock, code_blocks, strip_controls
-from llmchat.tui.sanitize import safe_text
+from llmchat.tui.text.code_blocks import CodeBlock, code_blocks, strip_controls
+from llmchat.core.text.sanitize import safe_text
 
 
 def test_language_tags_and_exact_code():

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
+from llmchat.core.chats.conversation import ChatSettings
 from llmchat.core.user_config import UserConfig
 from llmchat.tui import app as app_module
-from llmchat.tui import cli
+from llmchat.tui.commands import cli
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.export import chat_json
+from llmchat.tui.commands.export import chat_json
 
 
 async def test_the_app_starts_with_the_files_theme_and_sampling_defaults(tmp_path, engine_factory):

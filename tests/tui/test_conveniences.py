@@ -15,12 +15,12 @@ from textual import events
 from textual.command import CommandPalette
 from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore, DataDirInUse
-from llmchat.tui.actions import COMMANDS
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore, DataDirInUse
+from llmchat.tui.actions.chats import COMMANDS
 from llmchat.tui.app import LlmChatApp, run_app
-from llmchat.tui.export import chat_dict, run_export
-from llmchat.tui.sanitize import is_safe
+from llmchat.tui.commands.export import chat_dict, run_export
+from llmchat.core.text.sanitize import is_safe
 
 
 async def test_export_copy_and_theme(make_app, tmp_path):
@@ -154,7 +154,7 @@ async def test_loading_progress_is_shown_and_a_failed_load_says_why(tmp_path, en
         assert not app.chat_screen.query_one("#loading").display
 
     def broken_factory(progress, sink):
-        from llmchat.core.weights import ModelLoadError
+        from llmchat.core.weights.resolve import ModelLoadError
 
         raise ModelLoadError("model not found: /nowhere.gguf (pass a .gguf file or a Hugging Face model folder)")
 

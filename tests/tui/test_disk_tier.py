@@ -7,7 +7,7 @@ import re
 from textual.widgets import Static
 from tui_helpers import SIZE, one_turn, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
+from llmchat.core.chats.conversation import ChatSettings
 from llmchat.tui.app import LlmChatApp
 
 SYSTEM = "You are a meticulous assistant for a team of engineers. " * 6  # ~70 tokens: 4+ full blocks
@@ -16,8 +16,8 @@ SYSTEM = "You are a meticulous assistant for a team of engineers. " * 6  # ~70 t
 async def test_an_old_chat_after_a_restart_is_on_disk_and_its_next_turn_reuses_it(chatty_model, tmp_path):
     def factory(progress, sink):
         from llmchat.core.config import EngineConfig
-        from llmchat.core.engine import LLMEngine
-        from llmchat.core.service import EngineService
+        from llmchat.core.engine.engine import LLMEngine
+        from llmchat.core.backends.service import EngineService
 
         config = EngineConfig(max_num_seqs=8, kv_cache_bytes=4 << 20, kv_disk_bytes=1 << 30,
                               kv_disk_dir=str(tmp_path / "kv"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from textual.widgets import Markdown, Static
 from tui_helpers import SIZE, one_turn, press, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
+from llmchat.core.chats.conversation import ChatSettings
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.draft_marks import DRAFT_STYLE, marked_reply
+from llmchat.tui.text.draft_marks import DRAFT_STYLE, marked_reply
 from llmchat.tui.widgets.transcript import AssistantMessage
 
 from fake_backend import FakeBackend

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmchat.core.store import ChatStore
+from llmchat.core.chats.store import ChatStore
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from tui_helpers import SIZE, press, quit_app, wait_for
 
-from llmchat.tui.editor_compose import EditorFailed, edit_in_editor, editor_command
+from llmchat.tui.actions.editor import EditorFailed, edit_in_editor, editor_command
 
 
 def script(tmp_path, body: str) -> str:

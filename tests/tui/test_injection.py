@@ -7,9 +7,9 @@ import re
 from textual import events
 from tui_helpers import SIZE, press, screen_ansi, screen_text, wait_for
 
-from llmchat.core.events import TextDelta
-from llmchat.core.store import ChatSettings, ChatStore
-from llmchat.tui.sanitize import safe_text
+from llmchat.core.api.events import TextDelta
+from llmchat.core.chats.store import ChatSettings, ChatStore
+from llmchat.core.text.sanitize import safe_text
 
 PAYLOAD = (
     "[bold]B[/bold] [link=https://evil.example]click[/link] "

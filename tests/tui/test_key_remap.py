@@ -8,9 +8,9 @@ import pytest
 from tui_helpers import SIZE, press, quit_app, wait_for
 
 from llmchat.core.user_config import KeyEntry, load_or_default
-from llmchat.tui import cli
+from llmchat.tui.commands import cli
 from llmchat.tui.app import LlmChatApp
-from llmchat.tui.key_bindings import key_problem, keymap_from, normalized
+from llmchat.tui.text.key_bindings import key_problem, keymap_from, normalized
 from llmchat.tui.screens.misconceptions import keys_text, keys_under
 
 CONFIG = """\
@@ -108,7 +108,7 @@ def test_entries_are_checked_one_by_one():
 
 
 def test_the_palette_help_names_the_moved_key():
-    from llmchat.tui.key_bindings import help_with_key
+    from llmchat.tui.text.key_bindings import help_with_key
 
     keymap = {"new_chat": "ctrl+t", "edit_last": "f12", "previous_chat": "alt+k,slash"}
     assert help_with_key("start a new chat (Ctrl+N)", "new_chat", keymap) == "start a new chat (ctrl+t)"

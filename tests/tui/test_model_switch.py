@@ -11,10 +11,10 @@ import pytest
 
 from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.errors import ModelLoadError
-from llmchat.core.model_catalog import RECENT_SETTING, cached_models, model_choices, parse_recent, remember
-from llmchat.core.store import ChatStore
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.weights.errors import ModelLoadError
+from llmchat.core.weights.catalog import RECENT_SETTING, cached_models, model_choices, parse_recent, remember
+from llmchat.core.chats.store import ChatStore
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.screens.model_picker import ModelPickerScreen
 
@@ -29,8 +29,8 @@ def engines(models: dict, tmp_path):
     def factory_of(name):
         def factory(progress, sink):
             from llmchat.core.config import EngineConfig
-            from llmchat.core.engine import LLMEngine
-            from llmchat.core.service import EngineService
+            from llmchat.core.engine.engine import LLMEngine
+            from llmchat.core.backends.service import EngineService
 
             assert all(not s._thread.is_alive() for s in services), "the previous engine still runs"
             progress(f"building the {name} test engine")

@@ -3,8 +3,8 @@ the server dies mid-reply the chat says so in one line, keeps the reply as far a
 too) and stays usable. Panels a server does not feed say so."""
 from __future__ import annotations
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.bridge import remote_engine_factory
 

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.tui.sampling_fields import (
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.tui.text.sampling_fields import (
     MAX_STOP_CHARS, parse_seed, parse_stop_lines, parse_top_k, sampling_extras, stop_lines,
 )
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore
 
 PROMPT = "Tell me a story about paged attention"
 

@@ -6,7 +6,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmchat.tui.sanitize import is_safe, safe_text
+from llmchat.core.text.sanitize import is_safe, safe_text
 
 FAMILIES = {
     "CSI clear screen": ("\x1b[2J\x1b[H", "␛[2J␛[H"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from llmchat.core import chat_search
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore
+from llmchat.core.chats import search as chat_search
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.screens.search import SearchScreen
 from llmchat.tui.widgets.code_fence import CopyableFence, CopyLink

@@ -6,7 +6,7 @@ import re
 
 from tui_helpers import SIZE, assert_snapshot, one_turn, press, wait_for
 
-from llmchat.core.conversation import ChatSettings
+from llmchat.core.chats.conversation import ChatSettings
 
 SYSTEM = "You are a meticulous assistant for a team of engineers. " * 6  # ~70 tokens: 4+ full blocks
 

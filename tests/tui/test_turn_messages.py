@@ -2,8 +2,8 @@
 TurnRefused, and the app reacts to those. Driven by a fake backend (no engine, no tokenizer)."""
 from __future__ import annotations
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.core.store import ChatStore
+from llmchat.core.chats.conversation import ChatSettings
+from llmchat.core.chats.store import ChatStore
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.messages import EngineEventsPending, EngineReady, TurnFinished, TurnStarted
 

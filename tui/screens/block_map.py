@@ -18,8 +18,8 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from llmchat.core.block_map import BlockCell, BlockMap
-from llmchat.tui.sanitize import safe_text
+from ...core.inspect.block_map import BlockCell, BlockMap
+from ...core.text.sanitize import safe_text
 
 BLOCK_MAP_INTERVAL_S = 1.0  # the engine builds a snapshot once a second while the map is open
 CELLS_PER_ROW = 64

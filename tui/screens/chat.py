@@ -8,15 +8,15 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static
 
-from llmchat.core.protocol import BackendInfo
-from llmchat.tui.model_switch import of_another_model
-from llmchat.tui.sampling_fields import sampling_extras
-from llmchat.tui.sanitize import safe_text
-from llmchat.tui.session import Banner, ChatSession
-from llmchat.tui.widgets.chat_list import ChatList
-from llmchat.tui.widgets.panels import Panels
-from llmchat.tui.widgets.prompt_input import PromptInput
-from llmchat.tui.widgets.transcript import Transcript
+from ...core.api.protocol import BackendInfo
+from ..actions.model_switch import of_another_model
+from ..text.sampling_fields import sampling_extras
+from ...core.text.sanitize import safe_text
+from ..session import Banner, ChatSession
+from ..widgets.chat_list import ChatList
+from ..widgets.panels import Panels
+from ..widgets.prompt_input import PromptInput
+from ..widgets.transcript import Transcript
 
 
 class BannerView(Static):

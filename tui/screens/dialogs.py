@@ -8,8 +8,8 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
-from llmchat.core.conversation import ChatSettings
-from llmchat.tui.sampling_fields import parse_seed, parse_stop_lines, parse_top_k, stop_lines
+from ...core.chats.conversation import ChatSettings
+from ..text.sampling_fields import parse_seed, parse_stop_lines, parse_top_k, stop_lines
 
 
 class ConfirmScreen(ModalScreen[bool]):

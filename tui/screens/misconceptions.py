@@ -12,8 +12,8 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from llmchat.core.engine_facts import EngineFacts
-from llmchat.tui import format as fmt
+from ...core.inspect.engine_facts import EngineFacts
+from ..text import format as fmt
 
 FACTS_INTERVAL_S = 2.0
 
@@ -51,7 +51,7 @@ def keys_text(keys_of: dict[str, str]) -> str:
 
 def keys_under(keymap: dict[str, str]) -> dict[str, str]:
     """binding id -> the keys it answers to under the app's keymap (the config file's [keys])."""
-    from llmchat.tui.key_bindings import effective, remappable_bindings
+    from ..text.key_bindings import effective, remappable_bindings
 
     return {b.action: b.keys for b in effective(remappable_bindings(), keymap)}
 
@@ -159,7 +159,7 @@ class MisconceptionsScreen(Screen):
         if not self.is_attached:
             return
         self.facts = facts
-        from llmchat.tui.cache_check_worker import check_text
+        from ..actions.verify_cache import check_text
 
         current = self.app.current
         check = self.app.cache_checks.get(current.chat_id) if current else None

@@ -9,8 +9,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from llmchat.core.model_catalog import ModelChoice
-from llmchat.tui.sanitize import safe_text
+from ...core.weights.catalog import ModelChoice
+from ...core.text.sanitize import safe_text
 
 _WHERE = {"default": "default", "recent": "used before", "cache": "in the cache dir"}
 

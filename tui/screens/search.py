@@ -16,11 +16,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from llmchat.core.chat_search import NO_FTS5_LINE, SearchError, SearchHit
-from llmchat.tui.sanitize import safe_text
+from ...core.chats.search import NO_FTS5_LINE, SearchError, SearchHit
+from ...core.text.sanitize import safe_text
 
 if TYPE_CHECKING:
-    from llmchat.core.store import ChatStore
+    from ...core.chats.store import ChatStore
 
 NUM_HITS_SHOWN = 50
 HINT = "Enter opens the first match · ↓ and Enter pick another · Esc closes"

@@ -5,10 +5,10 @@ from textual.app import ComposeResult
 from textual.content import Content
 from textual.widgets import Label, ListItem, ListView
 
-from llmchat.tui import format as fmt
-from llmchat.tui.sanitize import safe_text
-from llmchat.tui.model_switch import of_another_model
-from llmchat.tui.session import ChatSession
+from ..text import format as fmt
+from ...core.text.sanitize import safe_text
+from ..actions.model_switch import of_another_model
+from ..session import ChatSession
 
 
 def status_of(session: ChatSession) -> str:

@@ -9,7 +9,7 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownFence
 
-from llmchat.tui.code_blocks import code_blocks
+from ..text.code_blocks import code_blocks
 
 
 class CopyLink(Static):

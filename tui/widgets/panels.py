@@ -11,11 +11,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Sparkline, Static
 
-from llmchat.core.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics
-from llmchat.tui import format as fmt
-from llmchat.tui.sanitize import safe_text
-from llmchat.tui.session import ChatSession
-from llmchat.tui.widgets.bar import SplitBar
+from ...core.api.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics
+from ..text import format as fmt
+from ...core.text.sanitize import safe_text
+from ..session import ChatSession
+from .bar import SplitBar
 
 EXPLAIN = {
     "latency": "TTFT = wait + prefill of the uncached prompt (compute-bound). TPOT = one decode step: "

@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
-from llmchat.tui.sanitize import safe_text
+from ...core.text.sanitize import safe_text
 
 NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
 LARGE_PASTE_CHARS = 8_000

@@ -8,13 +8,13 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Markdown, Static
 
-from llmchat.core.conversation import Message
-from llmchat.tui import format as fmt
-from llmchat.tui.cache_text import explanation_line
-from llmchat.tui.draft_marks import drafted_share, marked_reply
-from llmchat.tui.sanitize import safe_text
-from llmchat.tui.session import ChatSession
-from llmchat.tui.widgets.code_fence import ReplyMarkdown
+from ...core.chats.conversation import Message
+from ..text import format as fmt
+from ..text.cache_text import explanation_line
+from ..text.draft_marks import drafted_share, marked_reply
+from ...core.text.sanitize import safe_text
+from ..session import ChatSession
+from .code_fence import ReplyMarkdown
 
 
 WELCOME = (

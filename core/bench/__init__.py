@@ -1,0 +1,1 @@
+"""`llmchat bench` scenarios."""

@@ -1,0 +1,68 @@
+"""How chats and messages map to SQLite values and rows: token ids as little-endian int32 blobs, metrics as
+JSON (NaN as null), rows to the records of core/conversation.py. core/store.py does the SQL."""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import sys
+from array import array
+from dataclasses import fields
+
+from .conversation import ChatSettings, Conversation, Message
+from ..api.metrics import RequestMetrics
+
+
+def ids_to_blob(token_ids: list[int]) -> bytes:
+    a = array("i", token_ids)
+    assert a.itemsize == 4
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tobytes()
+
+
+def blob_to_ids(blob: bytes) -> list[int]:
+    a = array("i")
+    a.frombytes(blob)
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tolist()
+
+
+def metrics_to_json(m: RequestMetrics | None) -> str | None:
+    if m is None:
+        return None
+    values = {f.name: getattr(m, f.name) for f in fields(m)}
+    return json.dumps({k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()})
+
+
+def metrics_from_json(text: str | None) -> RequestMetrics | None:
+    if not text:
+        return None
+    raw = json.loads(text)
+    kwargs = {}
+    for f in fields(RequestMetrics):
+        if f.name in raw:
+            v = raw[f.name]
+            kwargs[f.name] = float("nan") if v is None else v
+    return RequestMetrics(**kwargs)
+
+
+def message_from_row(row: sqlite3.Row) -> Message:
+    span = (row["token_start"], row["token_end"]) if row["token_start"] is not None else None
+    return Message(
+        row["role"], row["content"], row["status"], row["finish_reason"], row["error"],
+        metrics_from_json(row["metrics"]), row["created_at"], row["message_id"], span,
+    )
+
+
+def conversation_from_row(row: sqlite3.Row, messages: list[Message]) -> Conversation:
+    settings = ChatSettings(row["system_prompt"], row["temperature"], row["top_p"], row["max_tokens"])
+    return Conversation(
+        row["chat_id"], row["title"], bool(row["title_auto"]), row["created_at"], row["updated_at"],
+        settings, blob_to_ids(row["token_ids"]), messages,
+    )
+
+
+def span_columns(m: Message) -> tuple[int | None, int | None]:
+    return m.token_span if m.token_span is not None else (None, None)

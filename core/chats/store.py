@@ -1,0 +1,375 @@
+"""Chats on disk: SQLite (stdlib sqlite3, WAL) under the user data dir; rows <-> dataclasses through core/store_rows.py.
+
+One file, `chats.sqlite3`, holds every chat: its settings, its messages with per-turn metrics, and the
+exact token ids the model saw and produced (so a restarted app continues with the same ids and the
+prefix cache reuses them), and each message the span of those ids it contributed. The rules (titles,
+turn state) live in core/conversation.py; this file only maps rows to those records and back. Every
+change is one transaction. One app owns a data dir at a time: a
+second one gets DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock). Message text is
+searchable across chats (core/chat_search.py: an FTS5 index kept in step by triggers, built on open).
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import search as chat_search
+from .conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
+from . import extras as store_extras
+from .rows import (
+    conversation_from_row, ids_to_blob, message_from_row, metrics_to_json, span_columns,
+)
+
+SCHEMA_VERSION = 2  # 2: messages.token_start/token_end (the span of the chat's ids a message added)
+DB_NAME = "chats.sqlite3"
+LOCK_NAME = "llmchat.lock"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chats (
+    chat_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    title_auto INTEGER NOT NULL,         -- 1: follows the first user message, 0: renamed by the user
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    system_prompt TEXT,                  -- NULL: the model default
+    temperature REAL NOT NULL,
+    top_p REAL NOT NULL,
+    max_tokens INTEGER NOT NULL,
+    token_ids BLOB NOT NULL              -- int32 little-endian: every id fed to and produced by the model
+);
+CREATE TABLE IF NOT EXISTS messages (
+    message_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    chat_id INTEGER NOT NULL REFERENCES chats(chat_id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    content TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    finish_reason TEXT,
+    error TEXT,
+    metrics TEXT,                        -- JSON of RequestMetrics (NaN as null), assistant turns only
+    token_start INTEGER,                 -- [token_start, token_end) of chats.token_ids, NULL if not known
+    token_end INTEGER
+);
+CREATE INDEX IF NOT EXISTS messages_by_chat ON messages (chat_id, message_id);
+"""
+_MIGRATIONS = {  # from version N to N + 1
+    1: ["ALTER TABLE messages ADD COLUMN token_start INTEGER", "ALTER TABLE messages ADD COLUMN token_end INTEGER"],
+}
+
+
+def default_data_dir() -> Path:
+    """Where chats live unless --data-dir says otherwise (~/.local/share/llmchat on Linux)."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("llmchat"))
+
+
+class DataDirInUse(RuntimeError):
+    """Another llmchat has this data dir open."""
+
+
+@dataclass(slots=True)
+class ChatSummary:
+    chat_id: int
+    title: str
+    updated_at: float
+    num_messages: int
+
+
+class ChatStore:
+    """The chats of one data dir. Methods are thread-safe (one connection behind a lock)."""
+
+    def __init__(self, data_dir: Path | str, *, readonly: bool = False) -> None:
+        self.data_dir = Path(data_dir).expanduser()
+        self.readonly = readonly
+        self.path = self.data_dir / DB_NAME
+        self._lock = threading.RLock()
+        self._lock_fd: int | None = None
+        if readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(f"no chats in {self.data_dir} (no {DB_NAME}); check --data-dir")
+            self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        else:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._acquire_dir_lock()
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA foreign_keys = ON")
+        self._db.execute("PRAGMA busy_timeout = 5000")
+        if not readonly:
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+            store_extras.ensure_table(self._db)  # (beside the versioned schema: see core/store_extras.py)
+            self._recover_interrupted()
+            with self._tx() as db:
+                self.search_uses_fts = chat_search.ensure_index(db)  # False: a LIKE scan (no FTS5 here)
+        else:
+            self._check_version()
+            self.search_uses_fts = chat_search.index_in_step(self._db)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _acquire_dir_lock(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): WAL keeps writes safe; two apps may still interleave
+            return
+        fd = os.open(self.data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise DataDirInUse(
+                f"{self.data_dir} is in use by another llmchat (pid {holder}); "
+                "close that one, or start this one with --data-dir OTHER_DIR"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)  # closing the descriptor releases the flock
+                self._lock_fd = None
+
+    def __enter__(self) -> "ChatStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK if the block raises; inside batch() it joins that one."""
+        with self._lock:
+            if self._db.in_transaction:  # within batch(): one transaction for all
+                yield self._db
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # (a failed COMMIT too: never leave it open for later writes to join)
+                    self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Several changes as one transaction: all of them land, or none."""
+        with self._tx():
+            yield
+
+    def _check_version(self) -> int:
+        row = self._db.execute(
+            "SELECT value FROM meta WHERE key = 'schema_version'"
+        ).fetchone() if self._has_table("meta") else None
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.path} was written by a newer llmchat (schema {version}); upgrade llmchat to open it"
+            )
+        return version
+
+    def _has_table(self, name: str) -> bool:
+        return self._db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (name,)).fetchone() is not None
+
+    def _migrate(self) -> None:
+        """A new file gets the schema; an older one is brought up to date in place, in one transaction."""
+        version = self._check_version()
+        if version == SCHEMA_VERSION:
+            return
+        with self._tx() as db:
+            if version == 0 or not self._has_table("chats"):
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+            else:
+                for v in range(version, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[v]:
+                        db.execute(statement)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+    def _recover_interrupted(self) -> None:
+        """A reply still 'streaming' at open belonged to an app that died: keep it, marked interrupted."""
+        with self._tx() as db:
+            db.execute("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
+
+    # -- app settings -----------------------------------------------------------------------
+    def get_setting(self, key: str, default: str | None = None) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (f"app.{key}",)).fetchone()
+        return row[0] if row else default
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"app.{key}", value))
+
+    # -- search -----------------------------------------------------------------------------
+    def search_messages(self, text: str, limit: int = 50) -> list[chat_search.SearchHit]:
+        """Messages of every chat that hold every word of `text` (chat_search.SearchError: one line)."""
+        with self._lock:
+            return chat_search.search(self._db, text, use_fts=self.search_uses_fts, limit=limit)
+
+    # -- chats ------------------------------------------------------------------------------
+    def create_chat(self, settings: ChatSettings | None = None, title: str | None = None) -> Conversation:
+        t = time.time()
+        with self._tx() as db:
+            chat_id = self._insert_chat(db, Conversation(0, title or DEFAULT_TITLE, title is None, t, t,
+                                                         settings or ChatSettings()))
+        return self.load_chat(chat_id)
+
+    def import_chat(self, record: Conversation) -> Conversation:
+        """A whole chat from elsewhere (an export): its settings, ids and messages, in one transaction."""
+        return self.add_chat(record)
+
+    def list_chats(self) -> list[ChatSummary]:
+        """Every chat, most recently active first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT c.chat_id, c.title, c.updated_at, COUNT(m.message_id) AS n FROM chats c"
+                " LEFT JOIN messages m ON m.chat_id = c.chat_id GROUP BY c.chat_id"
+                " ORDER BY c.updated_at DESC, c.chat_id DESC"
+            ).fetchall()
+        return [ChatSummary(r["chat_id"], r["title"], r["updated_at"], r["n"]) for r in rows]
+
+    def load_chat(self, chat_id: int) -> Conversation:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM chats WHERE chat_id = ?", (chat_id,)).fetchone()
+            if row is None:
+                raise LookupError(f"no chat with id {chat_id}; the chat list shows each chat's id")
+            rows = self._db.execute(
+                "SELECT * FROM messages WHERE chat_id = ? ORDER BY message_id", (chat_id,)
+            ).fetchall()
+            conversation = conversation_from_row(row, [message_from_row(r) for r in rows])
+            conversation.model_id = store_extras.load(self._db, chat_id, conversation.settings)
+        return conversation
+
+    def save_title(self, conversation: Conversation) -> None:
+        """The chat's title as its record has it (Conversation.rename / retitle set it)."""
+        with self._tx() as db:
+            self._require(db.execute("UPDATE chats SET title = ?, title_auto = ? WHERE chat_id = ?",
+                                     (conversation.title, int(conversation.title_auto),
+                                      conversation.chat_id)), conversation.chat_id)
+
+    def delete_chat(self, chat_id: int) -> None:
+        with self._tx() as db:
+            self._require(db.execute("DELETE FROM chats WHERE chat_id = ?", (chat_id,)), chat_id)
+
+    def update_settings(self, chat_id: int, settings: ChatSettings) -> None:
+        s = settings
+        with self._tx() as db:
+            self._require(db.execute(
+                "UPDATE chats SET system_prompt = ?, temperature = ?, top_p = ?, max_tokens = ? WHERE chat_id = ?",
+                (s.system_prompt, s.temperature, s.top_p, s.max_tokens, chat_id),
+            ), chat_id)
+            store_extras.save_settings(db, chat_id, s)
+
+    def save_model(self, chat_id: int, model_id: str | None) -> None:
+        """The model the chat's token ids are of (set when a turn runs on a model)."""
+        with self._tx() as db:
+            store_extras.save_model(db, chat_id, model_id)
+
+    @staticmethod
+    def _require(cur: sqlite3.Cursor, chat_id: int) -> None:
+        if cur.rowcount == 0:
+            raise LookupError(f"no chat with id {chat_id}")
+
+    # -- messages and turns -----------------------------------------------------------------
+    def add_messages(self, conversation: Conversation, *messages: Message) -> None:
+        """Append messages (their ids are set) and the chat's title and activity time, in one transaction."""
+        with self._tx() as db:
+            for m in messages:
+                m.message_id = self._insert_message(db, conversation.chat_id, m)
+            self._save_header(db, conversation)
+
+    def delete_messages(self, conversation: Conversation, *messages: Message) -> None:
+        """Remove messages (a turn the engine refused) and save the chat's title as it is now."""
+        with self._tx() as db:
+            for m in messages:
+                if m.message_id is not None:
+                    db.execute("DELETE FROM messages WHERE message_id = ?", (m.message_id,))
+            self._save_header(db, conversation)
+
+    def truncate(self, conversation: Conversation, removed: list[Message]) -> None:
+        """A chat cut short (edit, undo, regenerate): its removed messages, ids and title, in one transaction."""
+        with self._tx() as db:
+            for m in removed:
+                if m.message_id is not None:
+                    db.execute("DELETE FROM messages WHERE message_id = ?", (m.message_id,))
+            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
+                       (ids_to_blob(conversation.token_ids), conversation.chat_id))
+            self._save_header(db, conversation)
+
+    def add_chat(self, conversation: Conversation) -> Conversation:
+        """Store a whole conversation (a fork or an import) as a new chat, in one transaction; returns it as stored."""
+        with self._tx() as db:
+            chat_id = self._insert_chat(db, conversation)
+            for m in conversation.messages:
+                self._insert_message(db, chat_id, m)
+        return self.load_chat(chat_id)
+
+    @staticmethod
+    def _insert_chat(db: sqlite3.Connection, c: Conversation) -> int:
+        """The chats row of `c` (its title, times, settings, ids) and its extras; returns the new chat id."""
+        s = c.settings
+        chat_id = db.execute(
+            "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
+            " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (c.title, int(c.title_auto), c.created_at, c.updated_at, s.system_prompt, s.temperature, s.top_p,
+             s.max_tokens, ids_to_blob(c.token_ids)),
+        ).lastrowid
+        store_extras.save_settings(db, chat_id, s)
+        store_extras.save_model(db, chat_id, c.model_id)
+        return chat_id
+
+    @staticmethod
+    def _insert_message(db: sqlite3.Connection, chat_id: int, m: Message) -> int:
+        assert m.role in ("user", "assistant") and m.status in STATUSES
+        return db.execute(
+            "INSERT INTO messages (chat_id, role, content, status, created_at, finish_reason, error, metrics,"
+            " token_start, token_end) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (chat_id, m.role, m.content, m.status, m.created_at, m.finish_reason, m.error,
+             metrics_to_json(m.metrics), *span_columns(m)),
+        ).lastrowid
+
+    def save_progress(self, conversation: Conversation, reply: Message) -> None:
+        """A reply so far and the chat's ids so far (prompt + output), together: a crash keeps both."""
+        with self._tx() as db:
+            db.execute("UPDATE messages SET content = ?, token_start = ?, token_end = ? WHERE message_id = ?",
+                       (reply.content, *span_columns(reply), reply.message_id))
+            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
+                       (ids_to_blob(conversation.token_ids), conversation.chat_id))
+
+    def finish_turn(self, conversation: Conversation, user: Message, reply: Message) -> None:
+        """The final state of a turn (the reply's content, status, metrics; both spans) and the chat's ids."""
+        assert reply.message_id is not None and reply.status in STATUSES
+        with self._tx() as db:
+            db.execute("UPDATE messages SET token_start = ?, token_end = ? WHERE message_id = ?",
+                       (*span_columns(user), user.message_id))
+            db.execute(
+                "UPDATE messages SET content = ?, status = ?, finish_reason = ?, error = ?, metrics = ?,"
+                " token_start = ?, token_end = ? WHERE message_id = ?",
+                (reply.content, reply.status, reply.finish_reason, reply.error, metrics_to_json(reply.metrics),
+                 *span_columns(reply), reply.message_id),
+            )
+            db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
+                       (ids_to_blob(conversation.token_ids), conversation.chat_id))
+
+    @staticmethod
+    def _save_header(db: sqlite3.Connection, c: Conversation) -> None:
+        ChatStore._require(db.execute("UPDATE chats SET title = ?, title_auto = ?, updated_at = ? WHERE chat_id = ?",
+                                      (c.title, int(c.title_auto), c.updated_at, c.chat_id)),
+                           c.chat_id)

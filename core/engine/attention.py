@@ -1,0 +1,42 @@
+"""Attention over the paged cache: the metadata of one step and the KVContext the model calls."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .kv_cache import PagedKVCache
+from ...kernels import ops
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Tensors describing one step's packed tokens (built by the runner, passed explicitly into forward)."""
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64: block_id * block_size + offset
+    block_tables: torch.Tensor  # [num_seqs, max_blocks_per_seq] int32
+    seq_lens: torch.Tensor  # [num_seqs] int32: context length after this step
+    cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32: offsets of each sequence's new tokens
+    is_decode: bool  # every sequence has exactly one new token
+
+
+class PagedKV:
+    """KVContext over the paged cache: store the new K/V through slot_mapping, then attend via block tables."""
+
+    def __init__(self, cache: PagedKVCache, meta: AttentionMetadata, scale: float, backend: str):
+        self.cache = cache
+        self.meta = meta
+        self.scale = scale
+        self.backend = backend  # resolved ("torch" or "triton"): the model's norms and RoPE use it too
+
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        m = self.meta
+        k_cache, v_cache = self.cache.k[layer_idx], self.cache.v[layer_idx]
+        ops.store_kv(k, v, k_cache, v_cache, m.slot_mapping, backend=self.backend)
+        if m.is_decode:
+            return ops.paged_decode_attention(
+                q, k_cache, v_cache, m.block_tables, m.seq_lens, self.scale, backend=self.backend
+            )
+        return ops.paged_prefill_attention(
+            q, k_cache, v_cache, m.block_tables, m.cu_seqlens_q, m.seq_lens, self.scale, backend=self.backend
+        )

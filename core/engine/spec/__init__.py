@@ -1,0 +1,1 @@
+"""Speculative decoding: the speculator, its draft proposer and verification."""

@@ -1,0 +1,1 @@
+"""Looking inside a running engine: block map, engine facts, cache check, bandwidth probe."""

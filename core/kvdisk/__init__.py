@@ -1,0 +1,1 @@
+"""The prefix cache's disk tier: entry format, folder, store, tier."""

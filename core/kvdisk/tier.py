@@ -1,0 +1,105 @@
+"""The disk tier of the prefix cache, as the scheduler and the engine see it.
+
+Lookup order: blocks resident in the paged cache first (core/block_manager.py), then this tier, then
+compute. `match` says how many of a sequence's next full blocks have an entry (an index lookup, no I/O);
+the scheduler allocates blocks for them; `load` reads, verifies and copies each one into its block, and
+stops at the first that does not verify (the rest is computed, as any miss). `save` copies blocks that
+became full and hashed out of the paged cache (the only work on the engine thread) and queues them for the
+writer thread (core/kv_disk_store.py).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence as Seq
+from pathlib import Path
+
+import torch
+
+from ..engine.block_manager import BlockManager
+from ..engine.kv_cache import PagedKVCache
+from .entry import BlockKey, BlockLayout
+from ..api.metrics import DiskTierStats
+from .store import KVDiskStore
+from ..engine.sequence import Sequence
+
+DEFAULT_KV_DISK_BYTES = 4_000_000_000  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)
+
+
+def default_kv_disk_dir() -> Path:
+    """`<cache dir>/kv` ($LLMCHAT_CACHE_DIR overrides the cache dir, as for models)."""
+    from ..weights.resolve import cache_dir
+
+    return cache_dir() / "kv"
+
+
+class KVDiskTier:
+    def __init__(self, store: KVDiskStore, kv_cache: PagedKVCache, block_manager: BlockManager):
+        self.store = store
+        self.kv_cache = kv_cache
+        self.block_manager = block_manager
+        self.block_shape = kv_cache.block_shape
+        self.dtype = kv_cache.k[0].dtype
+
+    @classmethod
+    def open(cls, root: Path, budget_bytes: int, kv_cache: PagedKVCache, block_manager: BlockManager) -> "KVDiskTier":
+        dtype = kv_cache.k[0].dtype
+        shape = kv_cache.block_shape
+        nbytes = kv_cache.bytes_per_block
+        layout = BlockLayout(block_manager.fingerprint, str(dtype).removeprefix("torch."), shape, nbytes)
+        return cls(KVDiskStore(root, layout, budget_bytes), kv_cache, block_manager)
+
+    def _key(self, seq: Sequence, i: int) -> BlockKey:
+        bs = self.block_manager.block_size
+        parent = seq.block_hashes[i - 1] if i else None
+        return BlockKey(seq.block_hashes[i], parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+
+    # -- the scheduler's side ---------------------------------------------------------------
+    def match(self, seq: Sequence, start_block: int, max_blocks: int) -> int:
+        """How many blocks from start_block on (below max_blocks) have an entry; seq.block_hashes must be current."""
+        n = 0
+        for i in range(start_block, max_blocks):
+            if not self.store.contains(seq.block_hashes[i], probe_disk=True):
+                break
+            n += 1
+        return n
+
+    def load(self, seq: Sequence, start_block: int, block_ids: Seq[int]) -> int:
+        """Copy the entries of blocks start_block.. into block_ids; how many verified (the rest is a miss)."""
+        for j, block_id in enumerate(block_ids):
+            payload = self.store.read(self._key(seq, start_block + j))
+            if payload is None:
+                return j
+            self.kv_cache.write_block(block_id, torch.frombuffer(payload, dtype=self.dtype).view(self.block_shape))
+        return len(block_ids)
+
+    # -- the engine's side ------------------------------------------------------------------
+    def save(self, block_ids: Seq[int]) -> None:
+        """Queue newly hashed blocks for writing (one copy each, here); known ones are only marked used."""
+        blocks = [self.block_manager.blocks[b] for b in block_ids]
+        new = []
+        for block in blocks:
+            if self.store.contains(block.block_hash):
+                self.store.touch(block.block_hash)
+            else:
+                new.append(block)
+        if not new:
+            return
+        data = self.kv_cache.read_blocks([b.block_id for b in new])
+        for block, payload in zip(new, data):
+            self.store.put(BlockKey(block.block_hash, block.parent_hash, block.token_ids), payload)
+
+    def count_on_disk(self, hashes: Seq[bytes]) -> int:
+        return self.store.count_known(hashes)
+
+    def stats(self) -> DiskTierStats:
+        return self.store.stats()
+
+    def flush(self, timeout: float = 60.0) -> bool:
+        return self.store.flush(timeout)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def kv_disk_root(path: str | os.PathLike | None) -> Path:
+    return Path(path) if path else default_kv_disk_dir()

@@ -1,0 +1,1 @@
+"""The model, the dense reference, loading, sampling math."""

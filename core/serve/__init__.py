@@ -1,0 +1,1 @@
+"""`llmchat serve`: the OpenAI-compatible server over the embedded engine, and its metrics."""

@@ -1,0 +1,1 @@
+"""Tokenizer, chat template sandbox, prompt building, stop strings, output sanitizing."""

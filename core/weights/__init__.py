@@ -1,0 +1,1 @@
+"""Finding, fetching and reading model files (GGUF, safetensors), the model catalog."""

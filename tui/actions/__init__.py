@@ -1,0 +1,1 @@
+"""The app's actions: chat operations, cache views, model switch, cache check, editor compose."""

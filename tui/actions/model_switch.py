@@ -1,0 +1,83 @@
+"""Switch the model from the app (palette: Switch model): one model loaded at a time.
+
+The picker lists the default model, the recently used --model paths (the store's app setting
+`recent_models`) and the cache dir's models (core/model_catalog.py). Switching unloads the engine, then
+loads the chosen model in a worker thread with its progress on the loading line; if that fails, the
+failure is one line and the model that was loaded before is loaded again. Chats keep their token ids;
+a chat whose ids are of another model is marked (header, chat list) and its next turn is tokenized
+afresh (tui/turns.py), so no KV crosses models (the block hashes carry the model's fingerprint anyway).
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from ...core.weights.catalog import RECENT_SETTING, ModelChoice, model_choices, parse_recent, remember
+from ..bridge import one_line
+
+if TYPE_CHECKING:
+    from ...core.chats.store import ChatStore
+    from ..app import LlmChatApp
+    from ..session import ChatSession
+
+
+def remember_model(store: "ChatStore", model: str | None) -> None:
+    """Put a --model path first in the recently used list (the default model needs no entry)."""
+    if model is not None:
+        store.set_setting(RECENT_SETTING, json.dumps(remember(parse_recent(store.get_setting(RECENT_SETTING)), model)))
+
+
+def of_another_model(session: "ChatSession", loaded_model_id: str | None) -> bool:
+    """True when the chat's token ids are of a model other than the one loaded (unknown on either side: no)."""
+    chat_model = session.conversation.model_id
+    return chat_model is not None and loaded_model_id is not None and chat_model != loaded_model_id
+
+
+def open_model_picker(app: "LlmChatApp") -> None:
+    from ...core.weights.resolve import DEFAULT_GGUF_NAME, cache_dir
+    from ..screens.model_picker import ModelPickerScreen
+
+    why_not = why_not_switch(app)
+    if why_not is not None:
+        app.notify(why_not, severity="warning")
+        return
+    recent = parse_recent(app.store.get_setting(RECENT_SETTING))
+    choices = model_choices(cache_dir(), DEFAULT_GGUF_NAME, recent)
+    app.push_screen(ModelPickerScreen(choices, app.loaded_model), lambda choice: switch_model(app, choice))
+
+
+def why_not_switch(app: "LlmChatApp") -> str | None:
+    if app.model_factory is None:
+        return "The model is the server's (--backend): switch it there."
+    if app.switching_model:
+        return "A model is loading already; wait for it."
+    if any(s.busy for s in app.sessions.values()):
+        return "A reply is streaming: stop it (Esc) or let it finish, then switch the model."
+    return None
+
+
+def switch_model(app: "LlmChatApp", choice: ModelChoice | None) -> None:
+    """Unload the engine and load `choice` in a worker thread (the old model again if that fails)."""
+    if choice is None or why_not_switch(app) is not None:
+        return
+    factory = app.model_factory(choice.model)
+    app.switching_model = True
+    app.chat_screen.show_engine_loading(f"switching to {choice.label}: unloading the current model…")
+
+    def work() -> None:
+        bridge = app.bridge
+        bridge.unload()
+        try:
+            bridge.load(factory)
+        except Exception as e:  # a bad file, a model this engine cannot run, out of memory...
+            app.call_from_thread(app.notify, f"Could not load {choice.label}: {one_line(e)}; going back to the "
+                                 "model loaded before.", severity="error", timeout=10, markup=False)
+            bridge.start()  # the old factory: EngineReady (or EngineFailed) as at start
+        else:
+            app.call_from_thread(remember_model, app.store, choice.model)
+            app.loaded_model = choice.model
+        finally:
+            app.switching_model = False
+            app.call_from_thread(app.refresh_chat_list)
+
+    app.run_worker(work, thread=True, group="engine", exit_on_error=False, description="switch the model")

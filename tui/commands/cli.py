@@ -1,0 +1,232 @@
+"""The `llmchat` command: the chat app by default, plus `ask`, `pull` and `bench`.
+
+Nothing heavy is imported at module level: torch and the engine load only when a command needs them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+EXIT_USAGE = 2
+DEFAULT_KV_DISK_GB = 4.0  # (core/kv_disk.py's DEFAULT_KV_DISK_BYTES; not imported: this module stays light)
+
+
+def package_version() -> str:
+    try:
+        return version("llmchat")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmchat",
+        description="A terminal chat app with its own LLM inference engine (paged KV cache, prefix reuse).",
+    )
+    parser.add_argument("--version", action="version", version=f"llmchat {package_version()}")
+    model_args = argparse.ArgumentParser(add_help=False)
+    model_args.add_argument(
+        "--model", help="a .gguf file or a Hugging Face model folder (default: SmolLM2-135M-Instruct)"
+    )
+    model_args.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
+    model_args.add_argument(
+        "--kv-cache-gb", type=float, default=None, help="KV cache budget in GB (default: 1 on CPU, 8 on CUDA)"
+    )
+    model_args.add_argument(
+        "--weights", choices=("auto", "float32", "bfloat16"), default="auto",
+        help="weight format (default auto = the compute dtype, fp32 on CPU, the reference; bfloat16: half the memory, "
+        "fast on AMX/AVX-512-BF16 CPUs, not bit-compatible)",
+    )
+    model_args.add_argument(
+        "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
+    )
+    model_args.add_argument(
+        "--speculative", action="store_true",
+        help="speculative decoding (on by default): drafted tokens verified in one forward pass",
+    )
+    model_args.add_argument(
+        "--draft-model", metavar="PATH", help="speculative decoding with this draft model (same vocabulary; "
+        "default: prompt lookup, drafts copied from the chat itself)"
+    )
+    model_args.add_argument(
+        "--speculative-tokens", type=int, default=None, metavar="N",
+        help="most tokens drafted per step (default 4, adapted per reply; 0 = off)"
+    )
+    model_args.add_argument("--no-speculative", action="store_true", help="turn off speculative decoding")
+    model_args.add_argument(
+        "--kv-disk-gb", type=float, default=None,
+        help=f"budget of the prefix cache's disk tier in GB (default {DEFAULT_KV_DISK_GB:g}; LRU-evicted)",
+    )
+    model_args.add_argument("--no-kv-disk", action="store_true", help="turn off the prefix cache's disk tier")
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-prefix-cache", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--speculative", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--draft-model", help=argparse.SUPPRESS)
+    parser.add_argument("--speculative-tokens", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-speculative", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--kv-disk-gb", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--no-kv-disk", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
+    add_remote_args(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    ask = sub.add_parser("ask", parents=[model_args], help="ask one question; the reply streams to stdout")
+    add_remote_args(ask)
+    ask.add_argument("question", help="the question, or - to read it from stdin")
+    ask.add_argument("--system", help="system prompt (default: the model's own)")
+    ask.add_argument("--temperature", type=float, default=None, help="0 = greedy (default 0.7)")
+    ask.add_argument("--top-p", type=float, default=None, help="(default 1.0)")
+    ask.add_argument("--top-k", type=int, default=None, help="(default 0: off)")
+    ask.add_argument("--max-tokens", type=int, default=None, help="(default 512)")
+    ask.add_argument("--seed", type=int, default=None)
+    ask.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    ask.add_argument("--stats", action="store_true", help="print TTFT and TPOT to stderr")
+    ask.add_argument("--raw", action="store_true", help="write the reply's bytes unfiltered when stdout is a pipe")
+
+    serve = sub.add_parser("serve", parents=[model_args], help="serve the embedded engine as an OpenAI-compatible API")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = a free one, printed)")
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 requests")
+    serve.add_argument("--served-model-name", default=None, help="the model's name in the API (default: its file name)")
+    serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
+    serve.add_argument("--max-pending", type=int, default=512, help="requests in flight before 429 (default 512)")
+
+    sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
+
+    export = sub.add_parser("export", help="write a chat as Markdown or JSON (without CHAT_ID: list the chats)")
+    export.add_argument("chat_id", nargs="?", type=int, metavar="CHAT_ID", help="the chat's id (shown as #ID in the app)")
+    export.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    export.add_argument("-o", "--output", help="write to this file (default: stdout)")
+    export.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
+
+    imported = sub.add_parser("import", help="add a chat from an llmchat export (JSON: with its token ids; Markdown)")
+    imported.add_argument("file", metavar="FILE", help="a file `llmchat export` (or the app's Export) wrote")
+    imported.add_argument("--data-dir", default=argparse.SUPPRESS, help="where chats are stored")
+
+    sub.add_parser("config", help="show the config file's path and the effective settings (flags > file > defaults)")
+
+    cache = sub.add_parser("cache", help="the prefix cache's disk tier: size, entries, hit counts; --clear empties it")
+    cache.add_argument("--clear", action="store_true", help="remove every stored KV block")
+
+    bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
+    bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all); "
+                       "serve: concurrent streaming clients against llmchat serve (or --url), on its own")
+    bench.add_argument("--url", help="with serve: measure this OpenAI-compatible server instead of starting one")
+    bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
+    bench.add_argument("--repeats", type=int, default=None, help="runs per measurement (medians are reported)")
+    bench.add_argument("--json", metavar="FILE", help="write one JSON object per measurement per line")
+    bench.add_argument("--kernels", action="store_true", help="time the Triton kernels instead (needs CUDA)")
+    return parser
+
+
+def add_remote_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", metavar="URL", help="chat through an OpenAI-compatible server (vLLM, SGLang, "
+                        "llama-server, Ollama, llmchat serve) instead of the embedded engine; --model then names the "
+                        "server's model (default: the first it lists)")
+    parser.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY if set)")
+
+
+def engine_config(args: argparse.Namespace, **overrides):
+    """The EngineConfig that the command-line flags ask for."""
+    from ...core.config import EngineConfig
+
+    kv_gb = getattr(args, "kv_cache_gb", None)
+    if kv_gb is not None and kv_gb <= 0:
+        raise ValueError("--kv-cache-gb must be positive")
+    overrides.setdefault("num_speculative_tokens", num_speculative_tokens(args))
+    overrides.setdefault("kv_disk_bytes", kv_disk_bytes(args))
+    return EngineConfig(
+        model=getattr(args, "model", None),
+        draft_model=getattr(args, "draft_model", None),
+        device=getattr(args, "device", None) or "cpu",
+        kv_cache_bytes=None if kv_gb is None else int(kv_gb * 1e9),
+        enable_prefix_caching=not getattr(args, "no_prefix_cache", False),
+        weight_dtype=getattr(args, "weights", None) or "auto",
+        **overrides,
+    )
+
+
+def num_speculative_tokens(args: argparse.Namespace) -> int:
+    """The most tokens drafted per step that the flags ask for (0: off). Speculative decoding is on by
+    default (a verify step costs about one plain step: kernels/linear.py, core/speculative.py);
+    --speculative-tokens N sets the most drafted; --no-speculative wins over every other flag."""
+    from ...core.config import DEFAULT_SPECULATIVE_TOKENS
+
+    spec_tokens = getattr(args, "speculative_tokens", None)
+    if getattr(args, "no_speculative", False):
+        return 0
+    if spec_tokens is not None:
+        return spec_tokens
+    return DEFAULT_SPECULATIVE_TOKENS
+
+
+def kv_disk_bytes(args: argparse.Namespace) -> int:
+    """The disk tier's budget the flags ask for (0: off)."""
+    gb = getattr(args, "kv_disk_gb", None)
+    if gb is not None and not gb > 0:  # (NaN included)
+        raise ValueError("--kv-disk-gb must be positive (use --no-kv-disk to turn the disk tier off)")
+    if getattr(args, "no_kv_disk", False) or getattr(args, "no_prefix_cache", False):
+        return 0
+    return int((DEFAULT_KV_DISK_GB if gb is None else gb) * 1e9)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "config":
+            from .config import run_config
+
+            return run_config(args)
+        if args.command in (None, "ask", "serve", "bench"):  # the config file fills the flags not given
+            from .config import load_into_args
+
+            load_into_args(args)
+        if args.command == "ask":
+            from .ask import run_ask
+
+            return run_ask(args)
+        if args.command == "serve":
+            from .serve import run_serve
+
+            return run_serve(args)
+        if args.command == "bench":
+            from .bench import run_bench
+
+            return run_bench(args)
+        if args.command == "pull":
+            from ...core.weights.resolve import pull_default_model
+
+            folder = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
+            print(f"default model ready in {folder}")
+            return 0
+        if args.command == "cache":
+            from .cache import run_cache
+
+            return run_cache(args)
+        if args.command == "import":
+            from .import_ import run_import
+
+            return run_import(args)
+        if args.command == "export":
+            from .export import run_export
+
+            return run_export(args)
+        from ..app import run_app
+
+        return run_app(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # bad input and load failures: one line, no traceback
+        from ...core.weights.resolve import ModelLoadError
+
+        if isinstance(e, (ModelLoadError, ValueError)):
+            print(f"llmchat: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
