@@ -26,6 +26,7 @@ from .quant_blocks import QuantWeight, dequantize_blocks_ref, dequantize_ref
 #   1 row 3.9 / 17.0 / 25.6; 4 rows 7.6 / 31.4 / 23.1; 32 rows 46.0 / 53.2 / 50.5; 64 rows 94.6 / 97.1 / 82.6;
 #   128 rows 192 / 167 / 148; 512 rows 779 / 555 / 538.
 GEMM_MIN_ROWS = 64
+GEMM_TILE_ELEMENTS = 1 << 22  # the many-rows path dequantizes at most this many weights (16 MB fp32) at a time
 
 
 @functools.cache
@@ -40,18 +41,41 @@ def quant_linear(x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType |
                  scratch: torch.Tensor | None = None) -> torch.Tensor:
     """x `[num_rows, in_features]` -> `[num_rows, out_features]` in x's dtype. `cpu_kernels` is the module from
     quant_cpu_build.load_cpu_kernels (None: the torch path, which dequantizes the weight on every call).
-    `scratch`, fp32 with at least out_features * in_features elements, holds the dequantized weight on the
-    many-rows path (the caller keeps one for all its linears; without it each call allocates one)."""
+    `scratch`, a contiguous fp32 buffer, holds the dequantized weight on the many-rows path, as many rows at a
+    time as fit (the caller keeps one for all its linears, sized by `scratch_elements`; without it each call
+    allocates one)."""
     if cpu_kernels is None or x.device.type != "cpu":
         return quant_linear_ref(x, weight)
     qtype = qtype_number(weight.qtype)
     xf = x.float()
     if x.shape[0] >= GEMM_MIN_ROWS:
-        w = cpu_kernels.dequantize(weight.data, qtype, weight.out_features, weight.in_features, None, scratch)
-        y = gemm(xf, w)
+        y = _dequantize_gemm(xf, weight, qtype, cpu_kernels, scratch)
     else:
         y = cpu_kernels.quant_linear(xf, weight.data, qtype, weight.out_features, weight.in_features)
     return y.to(x.dtype)
+
+
+def _dequantize_gemm(x: torch.Tensor, weight: QuantWeight, qtype: int, cpu_kernels: ModuleType,
+                     scratch: torch.Tensor | None) -> torch.Tensor:
+    """x @ W.T with W dequantized into `scratch` a tile of rows at a time (at most GEMM_TILE_ELEMENTS)."""
+    n, k = weight.out_features, weight.in_features
+    if scratch is None:
+        scratch = torch.empty(min(n * k, GEMM_TILE_ELEMENTS))
+    tile_rows = max(1, min(n, scratch.numel() // k))
+    if scratch.numel() < k:
+        scratch = torch.empty(k)
+    if tile_rows == n:
+        return gemm(x, cpu_kernels.dequantize(weight.data, qtype, n, k, None, scratch))
+    y = torch.empty(x.shape[0], n)  # [num_rows, out_features]
+    for n0 in range(0, n, tile_rows):
+        n1 = min(n, n0 + tile_rows)
+        y[:, n0:n1] = gemm(x, cpu_kernels.dequantize(weight.data[n0:n1], qtype, n1 - n0, k, None, scratch))
+    return y
+
+
+def scratch_elements(weights: list[QuantWeight]) -> int:
+    """The scratch size that lets the many-rows path dequantize any of `weights` whole, up to the tile cap."""
+    return max([min(w.out_features * w.in_features, GEMM_TILE_ELEMENTS) for w in weights] + [0])
 
 
 def gemm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -116,3 +116,14 @@ def test_rejects_mismatched_inputs(cpu_kernels):
     with pytest.raises(RuntimeError, match="weight must be contiguous uint8"):
         cpu_kernels.quant_linear(torch.zeros(2, weight.in_features), weight.data[:, :-2], 8, weight.out_features,
                                  weight.in_features)
+
+
+def test_many_rows_path_in_tiles_matches_reference(cpu_kernels):
+    """A scratch buffer smaller than the weight: the GEMM path dequantizes it a few rows at a time."""
+    weight, gen = _case("Q6_K", 0.05, seed=11, num_out=37, num_blocks=2)
+    x = torch.randn(GEMM_MIN_ROWS + 3, weight.in_features, generator=gen)
+    want = x.double() @ dequantize_ref(weight).double().T
+    for scratch_rows in (1, 5, 36, 37):
+        got = quant_linear(x, weight, cpu_kernels, torch.empty(scratch_rows * weight.in_features))
+        bound = 1e-5 * (x.double().abs() @ dequantize_ref(weight).double().abs().T)
+        assert bool(((got.double() - want).abs() <= bound).all()), scratch_rows
