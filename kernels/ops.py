@@ -7,26 +7,32 @@ Choice of backend, first match wins:
 "triton" on CPU tensors runs Triton's interpreter (TRITON_INTERPRET=1, the default on machines
 without CUDA, see triton_support.py): slow, meant for tests.
 
-On CPU the torch references ARE the production path; they are plain, batched torch.
+On CPU the torch references ARE the production path; they are plain, batched torch. The exception is the
+linear on GGUF-quantized weights: its CPU path is C++ (quant_linear.py, built by quant_cpu_build.py), passed in
+by the caller as `cpu_kernels` (None: the torch reference). On CUDA it is the torch reference for now.
 """
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Literal
 
 import torch
 
 from . import paged_decode_attention as _decode
 from . import paged_prefill_attention as _prefill
+from . import quant_linear as _quant_linear
 from . import rms_norm as _rms_norm
 from . import rope as _rope
 from . import store_kv as _store_kv
+from .quant_blocks import QuantWeight
 from .rope import rope_cos_sin_cache
 from .triton_support import HAS_TRITON
 
 __all__ = [
     "BACKEND_ENV", "Backend", "resolve_backend", "store_kv", "paged_decode_attention",
-    "paged_prefill_attention", "rms_norm", "rope", "rope_cos_sin_cache",
+    "paged_prefill_attention", "rms_norm", "rope", "rope_cos_sin_cache", "QuantWeight", "quant_linear",
+    "dequantize_rows",
 ]
 
 Backend = Literal["triton", "torch"]
@@ -103,3 +109,16 @@ def rope(
     if resolve_backend(backend, q.device) == "triton":
         return _rope.rope(q, k, positions, cos_sin_cache)
     return _rope.rope_ref(q, k, positions, cos_sin_cache)
+
+
+def quant_linear(
+    x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType | None, scratch: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x `[num_rows, in_features]` @ the GGUF-quantized weight `[out_features, in_features]`.T, in x's dtype:
+    integer dots on the quantized bytes for few rows, dequantize (into `scratch`) + GEMM for many."""
+    return _quant_linear.quant_linear(x, weight, cpu_kernels, scratch)
+
+
+def dequantize_rows(weight: QuantWeight, row_ids: torch.Tensor, cpu_kernels: ModuleType | None) -> torch.Tensor:
+    """Rows `row_ids` `[num_ids]` of a quantized table as fp32 `[num_ids, in_features]` (an embedding lookup)."""
+    return _quant_linear.dequantize_rows(weight, row_ids, cpu_kernels)

@@ -41,7 +41,8 @@ class _Stream:
 def model_fingerprint(loaded: LoadedModel, dtype: str) -> bytes:
     """Part of every block hash: KV from another model or dtype must never be reused."""
     cfg = json.dumps(loaded.config.to_hf_dict(), sort_keys=True)
-    return hashlib.blake2b(f"{loaded.folder.name}|{cfg}|{dtype}".encode(), digest_size=16).digest()
+    source = loaded.source_id or loaded.folder.name  # a GGUF's sha256, or the (converted) folder's name
+    return hashlib.blake2b(f"{source}|{cfg}|{dtype}".encode(), digest_size=16).digest()
 
 
 class LLMEngine:

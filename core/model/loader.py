@@ -7,6 +7,7 @@ largest tensor, not the checkpoint plus the model.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,10 @@ from .model import Transformer, build_model
 from ..text.tokenizer import Tokenizer
 from ..weights.checkpoint import check_tensor_shapes, read_config
 from ..weights.errors import ModelLoadError
-from ..weights.resolve import resolve_model
+from ..weights.resolve import cache_dir, gguf_digest, locate_model, resolve_model
+from ..weights.tensor_source import GGUFSource
+from ...kernels.quant_cpu_build import load_cpu_kernels
+from .quant_load import build_quantized_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WEIGHT_FORMATS = ("auto", *DTYPES)
@@ -35,7 +39,8 @@ class LoadedModel:
     tokenizer: Tokenizer
     load_seconds: float
     dtype: str = "float32"  # activations and KV cache
-    weight_dtype: str = "float32"  # storage of the projection and embedding weights
+    weight_dtype: str = "float32"  # storage of the weights: a dtype, or "gguf:<block types>" kept as stored
+    source_id: str = ""  # what the weights were read from, for the KV fingerprint (a GGUF's sha256; else "")
 
 
 def default_dtype(device: str) -> str:
@@ -43,15 +48,19 @@ def default_dtype(device: str) -> str:
     return "bfloat16" if device.startswith("cuda") else "float32"
 
 
-def resolve_weight_dtype(weight_dtype: str | None, device: str, dtype: str) -> str:
-    """'auto' (or None): the activation dtype. bf16 weights under fp32 activations (half the bytes, one
+def resolve_weight_dtype(weight_dtype: str | None, device: str, dtype: str, gguf: bool = False) -> str:
+    """'auto' (or None): a GGUF file's own block types ("gguf") on the CPU with fp32 activations, read and
+    computed as stored (core/model/quant_load.py); else the activation dtype. `float32` is the exact reference
+    (a GGUF dequantized at load, through the converted-model cache). bf16 weights under fp32 activations (half the bytes, one
     packed copy, fast on AMX / AVX-512 BF16 CPUs) are opt-in: on the default model they keep the NLL of the
     gate text within 0.2% of fp32 but only 4 of the 10 gate prompts keep the same 24-token greedy reply
     (tests/test_weight_format.py), short of the 9 of 10 a default needs. Anything else is taken as given."""
     choice = weight_dtype or "auto"
     if choice not in WEIGHT_FORMATS:
         raise ValueError(f"unknown weight format {choice!r}; choose one of {', '.join(WEIGHT_FORMATS)}")
-    return dtype if choice == "auto" else choice
+    if choice == "auto":
+        return "gguf" if gguf and device == "cpu" and dtype == "float32" else dtype
+    return choice
 
 
 class SafetensorsReader(Mapping):
@@ -127,8 +136,11 @@ def load_model(
     dtype = dtype or default_dtype(device)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    weight_dtype = resolve_weight_dtype(weight_dtype, device, dtype)
-    folder = resolve_model(model, progress=progress)
+    path = locate_model(model, progress)
+    weight_dtype = resolve_weight_dtype(weight_dtype, device, dtype, gguf=path.is_file())
+    if weight_dtype == "gguf":
+        return load_gguf_quantized(path, dtype, start, progress)
+    folder = resolve_model(path, progress=progress)
     config, state = open_checkpoint(folder, device)
     net = build_model(config, state, dtype=DTYPES[dtype], device=device, weight_dtype=DTYPES[weight_dtype])
     del state
@@ -143,3 +155,17 @@ def load_model_for(config: "EngineConfig", progress: Callable[[str], None] | Non
 
     use_threads(plan_threads(config.num_threads).num_threads)
     return load_model(config.model, config.device, config.dtype, progress, config.weight_dtype)
+
+
+def load_gguf_quantized(path: Path, dtype: str, start: float,
+                        progress: Callable[[str], None] | None = None) -> LoadedModel:
+    """A GGUF read as stored: no fp32 copy in memory or on disk (core/weights/tensor_source.py)."""
+    source = GGUFSource(path)
+    kernels = load_cpu_kernels(str(cache_dir() / "kernels"))
+    if kernels.module is None:  # one notice line: the slower torch path runs instead
+        (progress or (lambda line: print(line, file=sys.stderr)))(kernels.note)
+    net = build_quantized_model(source.config, source, DTYPES[dtype], kernels.module)
+    tokenizer = Tokenizer.from_files(source.tokenizer_files())
+    weight_format = "gguf:" + "+".join(source.kinds())
+    return LoadedModel(path, source.config, net, tokenizer, time.perf_counter() - start, dtype, weight_format,
+                       gguf_digest(path))

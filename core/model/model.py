@@ -16,6 +16,7 @@ from torch.nn import functional as F
 from ..config import ModelConfig
 from ...kernels import ops
 from ...kernels.linear import linear, prepack_linear_weight
+from .quant_layers import QuantEmbedding, QuantLinear
 
 
 class KVContext(Protocol):
@@ -176,19 +177,22 @@ class Transformer(nn.Module):
         the embedding table is only gathered from, so a tied head counts once as the head)."""
         total = 0
         for module in self.modules():
-            if isinstance(module, Linear):
+            if isinstance(module, (QuantLinear, QuantEmbedding)):  # the tied head reads the table once
+                total += module.nbytes
+            elif isinstance(module, Linear):
                 t = module.packed if module.packed is not None else module.weight
                 total += module.in_features * module.out_features * t.element_size()
             elif isinstance(module, RMSNorm):
                 total += module.weight.numel() * module.weight.element_size()
-        w = self.embed_tokens.weight
-        if self.lm_head is None:
-            total += w.numel() * w.element_size()
+        if self.lm_head is None and isinstance(self.embed_tokens, Embedding):
+            total += self.embed_tokens.weight.numel() * self.embed_tokens.weight.element_size()
         return total
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is not None:
             return self.lm_head(hidden).float()  # [num_rows, vocab]
+        if isinstance(self.embed_tokens, QuantEmbedding):
+            return self.embed_tokens.logits(hidden).float()
         return linear(hidden, self.embed_tokens.weight, None, self.tied_head_packed).float()
 
     @torch.no_grad()
@@ -210,7 +214,7 @@ class Transformer(nn.Module):
         for module in self.modules():
             if isinstance(module, Linear):
                 module.prepack()
-        if self.lm_head is None:
+        if self.lm_head is None and isinstance(self.embed_tokens, Embedding):
             self.tied_head_packed = prepack_linear_weight(self.embed_tokens.weight)
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:

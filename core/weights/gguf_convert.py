@@ -34,17 +34,17 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     if arch != "llama":
         raise ModelLoadError(f"unsupported architecture {arch!r} in {gguf_path}: llmchat converts llama GGUF files "
                              "(or loads a Hugging Face LlamaForCausalLM / Qwen2ForCausalLM folder)")
-    names = [_hf_name(t.name, gguf_path) for t in reader.tensors]
-    config = _config_from_gguf(reader, gguf_path, tied="lm_head.weight" not in names)
+    names = [hf_name(t.name, gguf_path) for t in reader.tensors]
+    config = config_from_gguf(reader, gguf_path, tied="lm_head.weight" not in names)
     shapes = {name: tuple(int(d) for d in reversed(t.shape)) for name, t in zip(names, reader.tensors)}
     check_tensor_shapes(config, shapes, str(gguf_path))  # GGUF lists dims innermost first
-    tensors = {name: _dequantize(t, shapes[name], gguf_path) for name, t in zip(names, reader.tensors)}
+    tensors = {name: dequantize_tensor(t, shapes[name], gguf_path) for name, t in zip(names, reader.tensors)}
     for i in range(config.num_hidden_layers):  # llama.cpp's RoPE row order -> rotate-half order
         for proj, num_heads in (("q_proj", config.num_attention_heads), ("k_proj", config.num_key_value_heads)):
             for kind in ("weight", "bias"):
                 if (name := f"model.layers.{i}.self_attn.{proj}.{kind}") in tensors:
                     tensors[name] = unpermute_qk(tensors[name], num_heads)
-    files = {"config.json": json.dumps(config.to_hf_dict(), indent=2), **_tokenizer_files(reader, gguf_path)}
+    files = {"config.json": json.dumps(config.to_hf_dict(), indent=2), **tokenizer_files(reader, gguf_path)}
     write_entry(out_dir, tensors, files, source=gguf_path.name)
 
 
@@ -55,7 +55,7 @@ def unpermute_qk(w: np.ndarray, num_heads: int) -> np.ndarray:
                                 .reshape(w.shape))
 
 
-def _hf_name(name: str, path: Path) -> str:
+def hf_name(name: str, path: Path) -> str:
     base, _, kind = name.rpartition(".")
     if kind in ("weight", "bias"):
         if base in _TOP_NAMES:
@@ -65,7 +65,7 @@ def _hf_name(name: str, path: Path) -> str:
     raise ModelLoadError(f"unsupported tensor {name!r} in {path}: llmchat converts plain llama GGUF files")
 
 
-def _dequantize(t: Any, shape: tuple[int, ...], path: Path) -> np.ndarray:
+def dequantize_tensor(t: Any, shape: tuple[int, ...], path: Path) -> np.ndarray:
     from gguf.quants import dequantize
 
     try:
@@ -85,7 +85,7 @@ def _int(value: Any) -> Any:
     return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else value
 
 
-def _config_from_gguf(reader: Any, path: Path, tied: bool) -> ModelConfig:
+def config_from_gguf(reader: Any, path: Path, tied: bool) -> ModelConfig:
     def need(key: str) -> Any:
         if (value := gguf_value(reader, key)) is None:
             raise ModelLoadError(f"{path} lacks the metadata {key}: it is not a complete llama GGUF file")
@@ -121,7 +121,7 @@ def _config_from_gguf(reader: Any, path: Path, tied: bool) -> ModelConfig:
     return ModelConfig(architecture="LlamaForCausalLM", tie_word_embeddings=tied, **values)
 
 
-def _tokenizer_files(reader: Any, path: Path) -> dict[str, str]:
+def tokenizer_files(reader: Any, path: Path) -> dict[str, str]:
     from .gguf_tokenizer import tokenizer_files_from_gguf
 
     try:
