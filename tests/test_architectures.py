@@ -1,0 +1,123 @@
+"""Every architecture against transformers, from a Hugging Face folder and from a GGUF of the same weights.
+
+Per architecture (tests/arch_cases.py): logits of a prompt within fp32 tolerance of transformers'; 32 greedy
+tokens through the paged engine (prefix cache hit, chunked prefill, two sequences batched) equal to
+transformers' greedy tokens, from the folder and from the GGUF; the GGUF (llama.cpp's names and Q/K row order,
+tests/gguf_writer.py) gives the folder's logits.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from arch_cases import CASE_NAMES, CASES, hf_model, save_folder
+from gguf_writer import write_gguf
+from llmchat.core.api.params import SamplingParams
+from llmchat.core.config import EngineConfig
+from llmchat.core.engine.engine import LLMEngine
+from llmchat.core.model.dense import DenseKV
+from llmchat.core.model.loader import load_model
+
+pytest.importorskip("transformers")
+
+PROMPT = [504, 3458, 282, 4649, 314, 7042, 30, 19842, 281, 816, 6330, 28, 5248, 2379, 288, 253, 1345, 30, 378, 9,
+          1552, 11]  # 22 tokens: past every sliding window here, and past one KV block of 16
+OTHER = PROMPT[:18] + [2114, 355, 7, 88]  # shares the first full block with PROMPT
+NUM_TOKENS = 32
+TOLERANCE = 1e-4  # fp32: both sides sum the same products in different orders
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, default_model_dir, default_gguf):
+    """case name -> (transformers model, its folder, its GGUF), built once per module on first use."""
+    cache: dict[str, tuple] = {}
+
+    def get(name: str):
+        if name not in cache:
+            case = next(c for c in CASES if c.name == name)
+            model = hf_model(case)
+            root = tmp_path_factory.mktemp(name)
+            folder = save_folder(model, root / "folder", default_model_dir)
+            cache[name] = (model, folder, write_gguf(model, case, root / f"{name}.gguf", default_gguf))
+        return cache[name]
+
+    return get
+
+
+def our_logits(loaded, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        hidden = loaded.model(torch.tensor(ids), torch.arange(len(ids)), DenseKV(loaded.model, len(ids)))
+        return loaded.model.compute_logits(hidden)
+
+
+def hf_greedy(model, ids: list[int], num_tokens: int = NUM_TOKENS) -> list[int]:
+    """Greedy by full forwards (no cache): the plainest use of the reference."""
+    out = list(ids)
+    with torch.inference_mode():
+        for _ in range(num_tokens):
+            out.append(int(model(torch.tensor([out])).logits[0, -1].argmax()))
+    return out[len(ids):]
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_folder_logits_match_transformers(built, name):
+    model, folder, _ = built(name)
+    loaded = load_model(folder, weight_dtype="float32")
+    assert loaded.config.architecture == type(model).__name__
+    with torch.inference_mode():
+        expected = model(torch.tensor([PROMPT])).logits[0]
+    got = our_logits(loaded, PROMPT)
+    assert got.shape == expected.shape
+    assert (got - expected).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_gguf_gives_the_folders_config_and_logits(built, name):
+    _, folder, gguf_path = built(name)
+    from_folder = load_model(folder, weight_dtype="float32")
+    from_gguf = load_model(gguf_path, weight_dtype="float32")
+    skip = {"rope_scaling", "bos_token_id", "eos_token_ids"}  # RoPE: llama.cpp's spelling (factor tensors)
+    for field in dataclasses.fields(from_folder.config):
+        if field.name not in skip:
+            assert getattr(from_gguf.config, field.name) == getattr(from_folder.config, field.name), field.name
+    diff = (our_logits(from_gguf, PROMPT) - our_logits(from_folder, PROMPT)).abs().max().item()
+    assert diff <= TOLERANCE
+
+
+def engine_greedy(loaded) -> tuple[list[int], list[int], int]:
+    """PROMPT alone (it fills the prefix cache), then PROMPT and OTHER batched, prefill chunked by 8 tokens.
+    Returns both token lists and how many of OTHER's prompt tokens came from the prefix cache."""
+    block_bytes = loaded.config.kv_bytes_per_token(4) * 16
+    engine = LLMEngine(loaded, EngineConfig(kv_cache_bytes=64 * block_bytes, max_num_batched_tokens=8,
+                                            max_num_seqs=4))
+    params = SamplingParams(temperature=0, max_tokens=NUM_TOKENS, ignore_eos=True)
+
+    def run(prompts: list[list[int]]):
+        ids = [engine.add_request(p, params) for p in prompts]
+        done = {}
+        while engine.has_work:
+            for event in engine.step():
+                if hasattr(event, "output_ids"):
+                    done[event.request_id] = event
+        return [done[i] for i in ids]
+
+    first = run([PROMPT])[0]
+    again, other = run([PROMPT, OTHER])
+    assert again.output_ids == first.output_ids
+    return list(first.output_ids), list(other.output_ids), other.metrics.num_cached_tokens
+
+
+@pytest.mark.parametrize("source", ["folder", "gguf"])
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_engine_greedy_matches_transformers(built, name, source):
+    model, folder, gguf_path = built(name)
+    loaded = load_model(folder if source == "folder" else gguf_path, weight_dtype="float32")
+    ours, ours_other, num_cached = engine_greedy(loaded)
+    assert num_cached >= 16, "OTHER reuses PROMPT's first block"
+    assert ours == hf_greedy(model, PROMPT)
+    assert ours_other == hf_greedy(model, OTHER)
