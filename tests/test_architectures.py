@@ -8,20 +8,20 @@ tests/gguf_writer.py) gives the folder's logits.
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from arch_cases import CASE_NAMES, CASES, hf_model, save_folder
+from arch_cases import CASE_NAMES, CASES, Case, hf_model, save_folder
 from gguf_writer import write_gguf
 from llmchat.core.api.params import SamplingParams
 from llmchat.core.config import EngineConfig
 from llmchat.core.engine.engine import LLMEngine
 from llmchat.core.model.dense import DenseKV
-from llmchat.core.model.loader import load_model
+from llmchat.core.model.loader import LoadedModel, load_model
+from llmchat.core.weights.gguf_arch import ARCHES
 
 pytest.importorskip("transformers")
 
@@ -32,18 +32,32 @@ NUM_TOKENS = 32
 TOLERANCE = 1e-4  # fp32: both sides sum the same products in different orders
 
 
+@dataclasses.dataclass(slots=True)
+class Built:
+    case: Case
+    model: Any  # transformers'
+    folder: Path
+    gguf: Path
+    loaded: dict[str, LoadedModel]  # "folder" / "gguf" -> ours
+    greedy: dict[tuple[int, ...], list[int]]  # transformers' greedy tokens per prompt
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, default_model_dir, default_gguf):
-    """case name -> (transformers model, its folder, its GGUF), built once per module on first use."""
-    cache: dict[str, tuple] = {}
+    """case name -> Built: made once per module on first use (the GGUF converted once, into the cache dir of the
+    test that first asks)."""
+    cache: dict[str, Built] = {}
 
-    def get(name: str):
+    def get(name: str) -> Built:
         if name not in cache:
             case = next(c for c in CASES if c.name == name)
             model = hf_model(case)
             root = tmp_path_factory.mktemp(name)
             folder = save_folder(model, root / "folder", default_model_dir)
-            cache[name] = (model, folder, write_gguf(model, case, root / f"{name}.gguf", default_gguf))
+            gguf_path = write_gguf(model, case, root / f"{name}.gguf", default_gguf)
+            loaded = {"folder": load_model(folder, weight_dtype="float32"),
+                      "gguf": load_model(gguf_path, weight_dtype="float32")}
+            cache[name] = Built(case, model, folder, gguf_path, loaded, {})
         return cache[name]
 
     return get
@@ -55,22 +69,24 @@ def our_logits(loaded, ids: list[int]) -> torch.Tensor:
         return loaded.model.compute_logits(hidden)
 
 
-def hf_greedy(model, ids: list[int], num_tokens: int = NUM_TOKENS) -> list[int]:
-    """Greedy by full forwards (no cache): the plainest use of the reference."""
-    out = list(ids)
-    with torch.inference_mode():
-        for _ in range(num_tokens):
-            out.append(int(model(torch.tensor([out])).logits[0, -1].argmax()))
-    return out[len(ids):]
+def hf_greedy(b: Built, ids: list[int], num_tokens: int = NUM_TOKENS) -> list[int]:
+    """Greedy by full forwards (no cache): the plainest use of the reference (kept per case and prompt)."""
+    if tuple(ids) not in b.greedy:
+        out = list(ids)
+        with torch.inference_mode():
+            for _ in range(num_tokens):
+                out.append(int(b.model(torch.tensor([out])).logits[0, -1].argmax()))
+        b.greedy[tuple(ids)] = out[len(ids):]
+    return b.greedy[tuple(ids)]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_folder_logits_match_transformers(built, name):
-    model, folder, _ = built(name)
-    loaded = load_model(folder, weight_dtype="float32")
-    assert loaded.config.architecture == type(model).__name__
+    b = built(name)
+    loaded = b.loaded["folder"]
+    assert loaded.config.architecture == type(b.model).__name__
     with torch.inference_mode():
-        expected = model(torch.tensor([PROMPT])).logits[0]
+        expected = b.model(torch.tensor([PROMPT])).logits[0]
     got = our_logits(loaded, PROMPT)
     assert got.shape == expected.shape
     assert (got - expected).abs().max().item() <= TOLERANCE
@@ -78,10 +94,10 @@ def test_folder_logits_match_transformers(built, name):
 
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_gguf_gives_the_folders_config_and_logits(built, name):
-    _, folder, gguf_path = built(name)
-    from_folder = load_model(folder, weight_dtype="float32")
-    from_gguf = load_model(gguf_path, weight_dtype="float32")
-    skip = {"rope_scaling", "bos_token_id", "eos_token_ids"}  # RoPE: llama.cpp's spelling (factor tensors)
+    b = built(name)
+    from_folder, from_gguf = b.loaded["folder"], b.loaded["gguf"]
+    assert from_gguf.config.architecture == ARCHES[b.case.gguf_arch].hf_architecture  # Mistral's GGUF says llama
+    skip = {"architecture", "rope_scaling", "bos_token_id", "eos_token_ids"}  # RoPE: llama.cpp's factor tensors
     for field in dataclasses.fields(from_folder.config):
         if field.name not in skip:
             assert getattr(from_gguf.config, field.name) == getattr(from_folder.config, field.name), field.name
@@ -115,9 +131,8 @@ def engine_greedy(loaded) -> tuple[list[int], list[int], int]:
 @pytest.mark.parametrize("source", ["folder", "gguf"])
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_engine_greedy_matches_transformers(built, name, source):
-    model, folder, gguf_path = built(name)
-    loaded = load_model(folder if source == "folder" else gguf_path, weight_dtype="float32")
-    ours, ours_other, num_cached = engine_greedy(loaded)
+    b = built(name)
+    ours, ours_other, num_cached = engine_greedy(b.loaded[source])
     assert num_cached >= 16, "OTHER reuses PROMPT's first block"
-    assert ours == hf_greedy(model, PROMPT)
-    assert ours_other == hf_greedy(model, OTHER)
+    assert ours == hf_greedy(b, PROMPT)
+    assert ours_other == hf_greedy(b, OTHER)
