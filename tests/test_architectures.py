@@ -136,3 +136,36 @@ def test_engine_greedy_matches_transformers(built, name, source):
     assert num_cached >= 16, "OTHER reuses PROMPT's first block"
     assert ours == hf_greedy(b, PROMPT)
     assert ours_other == hf_greedy(b, OTHER)
+
+
+# One option of a case switched off: the logits must leave the tolerance, or the suite could not see it missed.
+OPTIONS_OFF = [
+    ("llama3.2", {"rope_scaling": None}),
+    ("llama-linear", {"rope_scaling": None}),
+    ("llama-yarn", {"rope_scaling": None}),
+    ("mistral", {"layer_types": ("full_attention",) * 2, "sliding_window": None}),
+    ("phi-4-mini", {"partial_rotary_factor": 1.0, "rope_scaling": None}),
+    ("phi-4-mini", {"rope_scaling": None}),
+    ("gemma2", {"attn_logit_softcapping": None}),
+    ("gemma2", {"final_logit_softcapping": None}),
+    ("gemma2", {"layer_types": ("full_attention",) * 2, "sliding_window": None}),
+    ("gemma2", {"embedding_scale": 1.0}),
+    ("gemma2", {"query_pre_attn_scalar": 64.0}),  # the case uses head_dim, as 2B and 9B do
+    ("gemma3", {"rope_local_theta": None}),
+    ("gemma3", {"rope_scaling": None}),
+    ("smollm3", {"layer_types": ("full_attention",) * 4}),
+]
+
+
+@pytest.mark.parametrize("name,change", OPTIONS_OFF, ids=[f"{n}-{'-'.join(c)}" for n, c in OPTIONS_OFF])
+def test_each_option_changes_the_logits(built, name, change):
+    from llmchat.core.model.loader import open_checkpoint
+    from llmchat.core.model.model import build_model
+
+    b = built(name)
+    config, state = open_checkpoint(b.folder, "cpu")
+    altered = dataclasses.replace(config, **change)
+    loaded = dataclasses.replace(b.loaded["folder"], config=altered, model=build_model(altered, state))
+    with torch.inference_mode():
+        expected = b.model(torch.tensor([PROMPT])).logits[0]
+    assert (our_logits(loaded, PROMPT) - expected).abs().max().item() > 100 * TOLERANCE
