@@ -8,6 +8,7 @@ tests/gguf_writer.py) gives the folder's logits.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,50 @@ def test_each_option_changes_the_logits(built, name, change):
     with torch.inference_mode():
         expected = b.model(torch.tensor([PROMPT])).logits[0]
     assert (our_logits(loaded, PROMPT) - expected).abs().max().item() > 100 * TOLERANCE
+
+
+ASK_TOKENS = 12
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_ask_on_a_gguf_of_each_architecture(built, name):
+    """`llmchat ask --model F.gguf --temperature 0` says what it loaded and replies transformers' greedy text
+    (gibberish, as the weights are random) up to the first end-of-turn id."""
+    from serve_helpers import llmchat_exe
+
+    from llmchat.core.text.prompt import chat_messages, prompt_ids_for
+
+    b = built(name)
+    tokenizer = b.loaded["gguf"].tokenizer
+    question = "What is the capital of France?"
+    ids = hf_greedy(b, prompt_ids_for(tokenizer, chat_messages(question, None)), ASK_TOKENS)
+    ends = [i for i, t in enumerate(ids) if t in tokenizer.stop_token_ids]
+    expected = tokenizer.decode(ids[: ends[0]] if ends else ids, skip_special_tokens=True)
+    done = subprocess.run([llmchat_exe(), "ask", "--model", str(b.gguf), "--temperature", "0", "--max-tokens",
+                           str(ASK_TOKENS), "--raw", "--stats", question], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == expected + "\n"
+    assert f"model {ARCHES[b.case.gguf_arch].hf_architecture}:" in done.stderr
+
+
+def test_every_declared_end_id_stops_a_reply(built, tmp_path):
+    """An id the model declares as an end (config.json or generation_config.json) but the vocabulary's
+    end-of-turn list does not name ends the reply there."""
+    import json
+    import shutil
+
+    b = built("mistral")  # untied: a varied reply
+    reply = engine_greedy(b.loaded["folder"])[0]
+    k = next(k for k in range(1, len(reply)) if reply[k] not in reply[:k])  # a token first seen at step k >= 1
+    end = reply[k]
+    for config_file in ("config.json", "generation_config.json"):
+        folder = shutil.copytree(b.folder, tmp_path / config_file)
+        data = json.loads((folder / config_file).read_text()) if (folder / config_file).exists() else {}
+        (folder / config_file).write_text(json.dumps(data | {"eos_token_id": [2, end]}))
+        loaded = load_model(folder, weight_dtype="float32")
+        assert end in loaded.tokenizer.stop_token_ids
+        engine = LLMEngine(loaded, EngineConfig(kv_cache_bytes=64 * loaded.config.kv_bytes_per_token(4) * 16))
+        engine.add_request(PROMPT, SamplingParams(temperature=0, max_tokens=NUM_TOKENS))
+        finished = [e for _ in iter(lambda: engine.has_work, False) for e in engine.step() if hasattr(e, "output_ids")]
+        assert list(finished[0].output_ids) == reply[: k + 1]
