@@ -65,29 +65,34 @@ def store_kv(
 
 def paged_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-    seq_lens: torch.Tensor, scale: float, backend: str | None = None,
+    seq_lens: torch.Tensor, scale: float, backend: str | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """One query token per sequence, q `[num_seqs, num_q_heads, head_dim]`, over its seq_lens[i] cached
-    tokens (the current one included) read through block_tables int32 `[num_seqs, max_blocks_per_seq]`.
+    tokens (the current one included; only the last `window` when window > 0) read through block_tables
+    int32 `[num_seqs, max_blocks_per_seq]`; softcap > 0 caps the scores at softcap * tanh(s / softcap).
     Returns `[num_seqs, num_q_heads, head_dim]` in q's dtype."""
     if resolve_backend(backend, q.device) == "triton":
-        return _decode.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale)
-    return _decode.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scale)
+        return _decode.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, window=window,
+                                              softcap=softcap)
+    return _decode.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scale, window, softcap)
 
 
 def paged_prefill_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float, backend: str | None = None,
-    max_q_len: int | None = None,
+    max_q_len: int | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """Packed new tokens q `[num_new_tokens, num_q_heads, head_dim]` (sequence i owns rows
     cu_seqlens_q[i]:cu_seqlens_q[i+1], the last positions of its seq_lens[i]-token context, all of whose
-    K/V are already stored) attend causally. max_q_len, when the caller knows it, spares Triton a sync."""
+    K/V are already stored) attend causally (to the last `window` keys only when window > 0; scores capped
+    at softcap * tanh(s / softcap) when softcap > 0). max_q_len, when the caller knows it, spares Triton a sync."""
     if resolve_backend(backend, q.device) == "triton":
         return _prefill.paged_prefill_attention(
-            q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_q_len=max_q_len
+            q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_q_len=max_q_len, window=window,
+            softcap=softcap,
         )
-    return _prefill.paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale)
+    return _prefill.paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale,
+                                                window=window, softcap=softcap)
 
 
 def rms_norm(

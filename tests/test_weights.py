@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from llmchat.core.weights import resolve as weights
 from llmchat.core.weights.checkpoint import expected_tensor_shapes, load_checkpoint
 from llmchat.core.config import ModelConfig
-from llmchat.core.weights.gguf_convert import unpermute_qk
+from llmchat.core.weights.gguf_arch import unpermute_qk
 from llmchat.core.weights.resolve import ModelLoadError, resolve_model
 
 HIDDEN, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, FFN, NUM_LAYERS = 32, 4, 2, 8, 64, 2

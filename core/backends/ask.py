@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from ..config import EngineConfig
 from ..engine.engine import LLMEngine
 from ..api.events import Finished, TextDelta
-from ..model.loader import load_model_for
+from ..model.loader import describe, load_model_for
 from ..api.metrics import RequestMetrics
 from ..text.prompt import chat_messages, prompt_ids_for
 from ..api.params import SamplingParams
@@ -16,8 +16,10 @@ from ..api.params import SamplingParams
 class AskStream:
     """Iterate for text deltas (the request starts with the iteration); `metrics` is set once it ends."""
 
-    def __init__(self, engine: LLMEngine, prompt_ids: list[int], params: SamplingParams, load_seconds: float):
+    def __init__(self, engine: LLMEngine, prompt_ids: list[int], params: SamplingParams, load_seconds: float,
+                 model_line: str = ""):
         self.engine = engine
+        self.model_line = model_line  # what was loaded (loader.describe)
         self.prompt_ids = prompt_ids
         self.params = params
         self.load_seconds = load_seconds
@@ -66,4 +68,4 @@ def ask_stream(
     num_tokens = min(len(prompt_ids) + params.max_tokens, loaded.config.max_position_embeddings) + 16
     kv_bytes = loaded.config.kv_bytes_per_token(element_size) * num_tokens  # one request: no more KV than it can use
     engine = LLMEngine(loaded, dataclasses.replace(config, kv_cache_bytes=kv_bytes))
-    return AskStream(engine, prompt_ids, params, loaded.load_seconds)
+    return AskStream(engine, prompt_ids, params, loaded.load_seconds, describe(loaded))

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..config import EngineConfig, ModelConfig
-from .model import Transformer, build_model
+from .model import Linear, Transformer, build_model
 from ..text.tokenizer import Tokenizer
 from ..weights.checkpoint import check_tensor_shapes, read_config
 from ..weights.errors import ModelLoadError
@@ -145,7 +145,34 @@ def load_model(
     net = build_model(config, state, dtype=DTYPES[dtype], device=device, weight_dtype=DTYPES[weight_dtype])
     del state
     tokenizer = Tokenizer.from_dir(folder)
+    tokenizer.stop_token_ids |= declared_stop_ids(folder, config)
     return LoadedModel(folder, config, net, tokenizer, time.perf_counter() - start, dtype, weight_dtype)
+
+
+def declared_stop_ids(folder: Path, config: ModelConfig) -> frozenset[int]:
+    """Every end id the model declares: config.json's eos_token_id (GGUF: eos, eot and eom ids) and
+    generation_config.json's, within the vocabulary; each one ends a reply."""
+    ids = set(config.eos_token_ids)
+    try:
+        eos = json.loads((Path(folder) / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        eos = None
+    ids |= set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    return frozenset(i for i in ids if isinstance(i, int) and 0 <= i < config.vocab_size)
+
+
+def describe(loaded: LoadedModel) -> str:
+    """One line on what was loaded: architecture, parameters, weight storage, context, layer kinds."""
+    cfg = loaded.config
+    num_params = sum(p.numel() for p in loaded.model.parameters() if p is not None)
+    num_params += sum(m.in_features * m.out_features for m in loaded.model.modules()
+                      if isinstance(m, Linear) and m.packed is not None)  # a packed projection holds no parameter
+    kinds = ", ".join(f"{cfg.layer_types.count(k)} {k.replace('_', ' ')}"
+                      + (f" ({cfg.sliding_window})" if k == "sliding_attention" else "")
+                      for k in dict.fromkeys(cfg.layer_types))
+    return (f"{cfg.architecture}: {num_params / 1e6:,.1f}M parameters, weights {loaded.weight_dtype}, activations "
+            f"{loaded.dtype}, context {cfg.max_position_embeddings:,} tokens, {cfg.num_hidden_layers} layers "
+            f"({kinds})")
 
 
 def load_model_for(config: "EngineConfig", progress: Callable[[str], None] | None = None) -> LoadedModel:

@@ -16,13 +16,13 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from ...kernels import ops
 from ...kernels.quant_blocks import BLOCK_LAYOUTS, QuantWeight
 from ...kernels.quant_linear import scratch_elements
 from ..config import ModelConfig
 from ..weights.errors import ModelLoadError
 from ..weights.tensor_source import StoredTensor, dequantize_stored
 from .model import Embedding, Linear, Transformer
+from .rope import rope_tables
 from .quant_layers import QuantContext, QuantEmbedding, QuantLinear, merge_parts
 
 _FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
@@ -70,7 +70,10 @@ def _place(model: Transformer, name: str, parts: list[StoredTensor], ctx: QuantC
     if not (isinstance(module, Linear | Embedding) and module.weight is not None and module.weight.is_meta):
         if isinstance(module, Linear | Embedding | QuantLinear | QuantEmbedding):
             raise ModelLoadError(f"the checkpoint holds {parts[0].name!r} twice")
-        setattr(module, kind, nn.Parameter(dequantize_stored(parts[0]).to(model.dtype), requires_grad=False))
+        value = dequantize_stored(parts[0])
+        if name.endswith("norm.weight") and model.config.norm_weight_offset:
+            value = value + model.config.norm_weight_offset  # Gemma computes x * (1 + w): fold the 1 in, as load_state does
+        setattr(module, kind, nn.Parameter(value.to(model.dtype), requires_grad=False))
         return
     quantized = all(p.kind in BLOCK_LAYOUTS and len(p.shape) == 2 for p in parts)
     new: nn.Module
@@ -100,7 +103,6 @@ def _finish(model: Transformer, ctx: QuantContext, dtype: torch.dtype) -> None:
     if isinstance(model.embed_tokens, QuantEmbedding) and model.lm_head is None:
         weights.append(model.embed_tokens.table)
     ctx.scratch = torch.empty(scratch_elements(weights))  # [elements], fp32; pages are touched on first use
-    cfg = model.config
-    model.cos_sin_cache = ops.rope_cos_sin_cache(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)
+    model.rope_tables = rope_tables(model.config)
     model.tied_head_packed = None
     model.eval().requires_grad_(False)

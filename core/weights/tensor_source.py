@@ -23,7 +23,9 @@ import torch
 from ..config import ModelConfig
 from .checkpoint import check_tensor_shapes
 from .errors import ModelLoadError
-from .gguf_convert import config_from_gguf, hf_name, tokenizer_files
+from .gguf_arch import gguf_arch, hf_name, needs_unpermute
+from .gguf_config import config_from_gguf
+from .gguf_convert import tokenizer_files
 from .gguf_meta import gguf_value, open_gguf
 
 FLOAT_KINDS = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
@@ -53,25 +55,23 @@ def unpermute_rows(data: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 class GGUFSource:
-    """The tensors of a llama GGUF file, as stored, under Hugging Face names."""
+    """The tensors of a GGUF file of any architecture in core/weights/gguf_arch.py, as stored, under Hugging Face names."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         reader = open_gguf(self.path)  # one-line ModelLoadError on a damaged header
-        arch = gguf_value(reader, "general.architecture")
-        if arch != "llama":
-            raise ModelLoadError(f"unsupported architecture {arch!r} in {path}: llmchat reads llama GGUF files "
-                                 "(or a Hugging Face LlamaForCausalLM / Qwen2ForCausalLM folder)")
+        self.arch = gguf_arch(gguf_value(reader, "general.architecture"), str(path))
         size = self.path.stat().st_size
         self.entries: list[_Entry] = []
         for t in reader.tensors:
             shape = tuple(int(d) for d in reversed(t.shape))  # GGUF lists dims innermost first
             if int(t.data_offset) + int(t.n_bytes) > size:
                 raise ModelLoadError(f"{path} is truncated: tensor {t.name} ends past the end of the file")
-            self.entries.append(_Entry(hf_name(t.name, self.path), t.tensor_type.name, shape, int(t.data_offset),
-                                       int(t.n_bytes)))
+            if (name := hf_name(self.arch, t.name, str(path))) is None:
+                continue  # a RoPE-parameter tensor (rope_freqs): config_from_gguf reads it
+            self.entries.append(_Entry(name, t.tensor_type.name, shape, int(t.data_offset), int(t.n_bytes)))
         names = {e.name for e in self.entries}
-        self.config: ModelConfig = config_from_gguf(reader, self.path, tied="lm_head.weight" not in names)
+        self.config: ModelConfig = config_from_gguf(reader, self.arch, self.path, tied="lm_head.weight" not in names)
         check_tensor_shapes(self.config, {e.name: e.shape for e in self.entries}, str(path))
         self._tokenizer_files = tokenizer_files(reader, self.path)
         del reader  # releases the reader's memory map; tensors are read below with plain reads
@@ -85,7 +85,7 @@ class GGUFSource:
 
     def __iter__(self) -> Iterator[StoredTensor]:
         cfg = self.config
-        heads = {"q_proj": cfg.num_attention_heads, "k_proj": cfg.num_key_value_heads}
+        heads = {"q": cfg.num_attention_heads, "k": cfg.num_key_value_heads}
         with open(self.path, "rb") as f:
             for e in self.entries:
                 raw = torch.empty(e.nbytes, dtype=torch.uint8)
@@ -96,8 +96,10 @@ class GGUFSource:
                     data = raw.view(FLOAT_KINDS[e.kind]).reshape(e.shape)
                 else:
                     data = raw.reshape(e.shape[0] if len(e.shape) == 2 else 1, -1)
-                if (proj := e.name.split(".")[-2]) in heads and ".self_attn." in e.name:
-                    data = unpermute_rows(data, heads[proj])
+                if (which := needs_unpermute(self.arch, e.name)) is not None:
+                    data = unpermute_rows(data, heads[which])
+                elif self.arch.norm_shift and e.name.endswith("norm.weight"):  # Gemma stores 1 + w
+                    data = data.float() - self.arch.norm_shift
                 yield StoredTensor(e.name, e.kind, e.shape, data)
 
 

@@ -52,6 +52,7 @@ def run_ask(args: argparse.Namespace) -> int:
                             progress=progress, weight_dtype=getattr(args, "weights", None),
                             kv_disk_bytes=config.kv_disk_bytes, num_speculative_tokens=config.num_speculative_tokens,
                             draft_model=config.draft_model, num_threads=config.num_threads)
+    model_line = None if getattr(args, "backend", None) else stream.model_line
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
     try:
         for delta in stream:
@@ -62,6 +63,8 @@ def run_ask(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     if args.stats:
         m = stream.metrics
+        if model_line:
+            print(f"model {model_line}", file=sys.stderr)
         print(
             f"prompt {m.num_prompt_tokens} tokens ({m.num_memory_tokens} cached in memory, {m.num_disk_tokens} "
             f"from disk, {m.num_prefilled_tokens} computed), output {m.num_output_tokens} tokens; "
