@@ -92,7 +92,7 @@ def _error(e: Exception, repo: str) -> ModelLoadError:
     return ModelLoadError(f"could not fetch {repo} from the Hub ({type(e).__name__}: {e})")
 
 
-def _line_progress(progress: Progress) -> type:
+def _line_progress(progress: Progress, label: str) -> type:
     """A tqdm class that reports every 10% as a plain line (for logs and pipes)."""
     from tqdm.auto import tqdm
 
@@ -101,7 +101,7 @@ def _line_progress(progress: Progress) -> type:
             kwargs["disable"] = True
             super().__init__(*args, **kwargs)
             self._seen, self._said = 0, -1
-            self._label = kwargs.get("desc") or "download"
+            self._label = label
 
         def update(self, n: float | None = 1) -> bool | None:
             self._seen += int(n or 0)
@@ -115,9 +115,9 @@ def _line_progress(progress: Progress) -> type:
     return LineProgress
 
 
-def _tqdm_class(progress: Progress | None) -> type | None:
+def _tqdm_class(progress: Progress | None, label: str) -> type | None:
     """A terminal keeps huggingface_hub's own bars; anything else gets plain lines through `progress`."""
-    return None if progress is None or sys.stderr.isatty() else _line_progress(progress)
+    return None if progress is None or sys.stderr.isatty() else _line_progress(progress, label)
 
 
 def hub_model(repo: str, tag: str | None, progress: Progress | None = None, pull: bool = False) -> Path:
@@ -127,16 +127,12 @@ def hub_model(repo: str, tag: str | None, progress: Progress | None = None, pull
     say = progress or (lambda line: None)
     where = f"{repo} on the Hub"
     if not pull or offline():
-        if (cached := cached_files(repo)) is not None:
-            snapshot, files = cached
-            if any(n.endswith(".gguf") for n in files) or tag is not None:
-                name = pick_gguf(files, tag, f"{repo} in the Hugging Face cache")
-                return _check_whole(snapshot / name, name)
-            if any(n.endswith(".safetensors") for n in files):
-                return snapshot
-        if offline():
-            raise ModelLoadError(f"{repo} is not in the Hugging Face cache ({hf_cache_dir()}) and HF_HUB_OFFLINE is "
-                                 "set: unset it and run `llmchat pull " + repo + "`")
+        try:
+            return cached_model(repo, tag)
+        except ModelLoadError as e:
+            if offline():
+                raise ModelLoadError(f"{e}; HF_HUB_OFFLINE is set: unset it and `llmchat pull {repo}"
+                                     f"{':' + tag if tag else ''}`") from None
     api = HfApi(endpoint=_endpoint())
     try:
         files = _remote_files(api, repo)
@@ -146,13 +142,13 @@ def hub_model(repo: str, tag: str | None, progress: Progress | None = None, pull
             _check_whole(Path(name), name)
             say(f"fetching {name} from {repo} ({files[name] / 1e6:,.0f} MB) into {hf_cache_dir()}")
             path = Path(hf_hub_download(repo, name, cache_dir=hf_cache_dir(), endpoint=_endpoint(),
-                                        tqdm_class=_tqdm_class(progress)))
+                                        tqdm_class=_tqdm_class(progress, name)))
             record_pulled(repo, [name])
         elif any(n.endswith(".safetensors") for n in files):
             total = sum(s for n, s in files.items() if n.endswith(".safetensors"))
             say(f"fetching {repo} (safetensors, {total / 1e6:,.0f} MB) into {hf_cache_dir()}")
             path = Path(snapshot_download(repo, cache_dir=hf_cache_dir(), endpoint=_endpoint(),
-                                          allow_patterns=HF_FOLDER_PATTERNS, tqdm_class=_tqdm_class(progress)))
+                                          allow_patterns=HF_FOLDER_PATTERNS, tqdm_class=_tqdm_class(progress, repo)))
             record_pulled(repo, sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()))
         else:
             raise ModelLoadError(f"{where} has neither a GGUF file nor safetensors weights")
@@ -162,6 +158,20 @@ def hub_model(repo: str, tag: str | None, progress: Progress | None = None, pull
         raise _error(e, repo) from e
     say(f"saved {path}")
     return path
+
+
+def cached_model(repo: str, tag: str | None) -> Path:
+    """`repo[:tag]` from the HF cache, without the network; ModelLoadError when the cache lacks it."""
+    cached = cached_files(repo)
+    if cached is None:
+        raise ModelLoadError(f"{repo} is not in the Hugging Face cache ({hf_cache_dir()})")
+    snapshot, files = cached
+    if any(n.endswith(".gguf") for n in files) or tag is not None:
+        name = pick_gguf(files, tag, f"{repo} in the Hugging Face cache")
+        return _check_whole(snapshot / name, name)
+    if "config.json" in files and any(n.endswith(".safetensors") for n in files):
+        return snapshot
+    raise ModelLoadError(f"{repo} in the Hugging Face cache has neither a GGUF file nor safetensors weights")
 
 
 def _check_whole(path: Path, name: str) -> Path:

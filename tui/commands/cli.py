@@ -9,6 +9,10 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 EXIT_USAGE = 2
+MODEL_HELP = ("the model, without --backend: a .gguf file or Hugging Face folder, org/repo[:QUANT] from the Hugging "
+              "Face Hub (fetched into its cache on first use), ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO[:QUANT], "
+              "or a name `llmchat models` lists (default: SmolLM2-135M-Instruct); with --backend, the server's "
+              "model name")
 DEFAULT_KV_DISK_GB = 4.0  # (core/kv_disk.py's DEFAULT_KV_DISK_BYTES; not imported: this module stays light)
 
 
@@ -26,9 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llmchat {package_version()}")
     model_args = argparse.ArgumentParser(add_help=False)
-    model_args.add_argument(
-        "--model", help="a .gguf file or a Hugging Face model folder (default: SmolLM2-135M-Instruct)"
-    )
+    model_args.add_argument("-m", "--model", metavar="NAME", help=MODEL_HELP)
     model_args.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
     model_args.add_argument(
         "--kv-cache-gb", type=float, default=None, help="KV cache budget in GB (default: 1 on CPU, 8 on CUDA)"
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"budget of the prefix cache's disk tier in GB (default {DEFAULT_KV_DISK_GB:g}; LRU-evicted)",
     )
     model_args.add_argument("--no-kv-disk", action="store_true", help="turn off the prefix cache's disk tier")
-    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("-m", "--model", metavar="NAME", help=MODEL_HELP)
     parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-prefix-cache", action="store_true", help=argparse.SUPPRESS)
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     ask = sub.add_parser("ask", parents=[model_args], help="ask one question; the reply streams to stdout")
     add_remote_args(ask)
     ask.add_argument("question", help="the question, or - to read it from stdin")
-    ask.add_argument("--system", help="system prompt (default: the model's own)")
+    ask.add_argument("-s", "--system", help="system prompt (default: the model's own)")
     ask.add_argument("--temperature", type=float, default=None, help="0 = greedy (default 0.7)")
     ask.add_argument("--top-p", type=float, default=None, help="(default 1.0)")
     ask.add_argument("--top-k", type=int, default=None, help="(default 0: off)")
@@ -94,7 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
     serve.add_argument("--max-pending", type=int, default=512, help="requests in flight before 429 (default 512)")
 
-    sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
+    pull = sub.add_parser("pull", help="download a model by name (default: the default model, fetched and converted)")
+    pull.add_argument("name", nargs="?", metavar="NAME", help="org/repo[:QUANT] from the Hugging Face Hub (into the "
+                      "shared HF cache; HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE apply); ollama:/lmstudio: names are "
+                      "only looked up, never copied")
+    models = sub.add_parser("models", help="every model found: llmchat's cache, the HF cache, Ollama, LM Studio")
+    models.add_argument("--json", action="store_true", help="one JSON object (models, problems, places looked in)")
+    rm = sub.add_parser("rm", help="remove a model llmchat downloaded and its disk-tier KV (never another app's)")
+    rm.add_argument("name", metavar="NAME", help="a name `llmchat models` lists")
 
     export = sub.add_parser("export", help="write a chat as Markdown or JSON (without CHAT_ID: list the chats)")
     export.add_argument("chat_id", nargs="?", type=int, metavar="CHAT_ID", help="the chat's id (shown as #ID in the app)")
@@ -196,12 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import run_bench
 
             return run_bench(args)
-        if args.command == "pull":
-            from ...core.weights.resolve import pull_default_model
+        if args.command in ("pull", "models", "rm"):
+            from . import models
 
-            folder = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
-            print(f"default model ready in {folder}")
-            return 0
+            return {"pull": models.run_pull, "models": models.run_models, "rm": models.run_rm}[args.command](args)
         if args.command == "cache":
             from .cache import run_cache
 
