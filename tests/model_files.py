@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 
 def write_tiny_gguf(path: Path, arch: str = "llama", file_type: int = 15, context_length: int = 4096,
@@ -62,3 +63,17 @@ def ollama_store(root: Path, name: str, tag: str, gguf: Path, namespace: str = "
              "size": len(template)},
         ]}))
     return manifest
+
+
+@pytest.fixture
+def stores(tmp_path, monkeypatch) -> dict[str, Path]:
+    """Empty, private places for every store: the HF cache, Ollama's root, a home for LM Studio's folder."""
+    places = {"hf": tmp_path / "hf-cache", "ollama": tmp_path / "ollama", "home": tmp_path / "home"}
+    for p in places.values():
+        p.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(places["hf"]))
+    monkeypatch.setenv("OLLAMA_MODELS", str(places["ollama"]))
+    monkeypatch.setenv("HOME", str(places["home"]))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    return places

@@ -19,7 +19,7 @@ from pathlib import Path
 from .errors import ModelLoadError
 
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_QUANT = re.compile(r"^(?:I?Q\d+(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|BF16|F16|F32|FP16|FP32)$", re.IGNORECASE)
+_QUANT = re.compile(r"^(?:I?Q\d+(?:_[A-Z0-9]+)+|TQ\d_\d|MXFP4(?:_MOE)?|BF16|F16|F32|FP16|FP32)$", re.IGNORECASE)
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)
 HINT = ("pass a path (.gguf file or Hugging Face folder), org/repo[:QUANT] from the Hugging Face Hub, "
         "ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO[:QUANT], or a name `llmchat models` lists")
