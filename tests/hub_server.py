@@ -1,7 +1,7 @@
 """A Hub-shaped HTTP server on 127.0.0.1 for the tests (HF_ENDPOINT points at it): only what huggingface_hub
 2.x calls to list and fetch a model repo, as its source in the venv does it:
 
-    GET  /api/models/ORG/REPO[/revision/REV]          repo info (sha, siblings)          (snapshot_download)
+    GET  /api/models/ORG/REPO[/revision/REV]          repo info (sha, siblings with sizes: model_info)
     GET  /api/models/ORG/REPO/tree/REV?recursive=...  the file list with sizes (and lfs)  (list_repo_tree)
     HEAD /ORG/REPO/resolve/REV/PATH                   X-Repo-Commit, ETag, Content-Length (hf_hub_download)
     GET  /ORG/REPO/resolve/REV/PATH                   the bytes; `Range: bytes=N-` gives 206
@@ -76,6 +76,11 @@ class FakeHub:
                 self._sha[repo, path] = hashlib.sha256(data).hexdigest()
         return self._sha[repo, path]
 
+    def _sibling(self, repo: str, path: str) -> dict:
+        size, sha = self._size(repo, path), self.sha256(repo, path)
+        return {"rfilename": path, "size": size, "blobId": sha[:40],
+                "lfs": {"sha256": sha, "size": size, "pointerSize": 134}}
+
     def _json(self, h: BaseHTTPRequestHandler, status: int, body, headers: dict[str, str] | None = None) -> None:
         raw = json.dumps(body).encode()
         h.send_response(status)
@@ -94,7 +99,7 @@ class FakeHub:
             if repo not in self.repos:
                 return self._json(h, 404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
             return self._json(h, 200, {"id": repo, "modelId": repo, "sha": COMMIT,
-                                       "siblings": [{"rfilename": p} for p in sorted(self.repos[repo])]})
+                                       "siblings": [self._sibling(repo, p) for p in sorted(self.repos[repo])]})
         if m := re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/[^/]+(?:/(.*))?", path):
             repo = m.group(1)
             if repo not in self.repos:

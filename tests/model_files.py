@@ -35,6 +35,8 @@ def write_tiny_gguf(path: Path, arch: str = "llama", file_type: int = 15, contex
 def place(src: Path, dest: Path) -> Path:
     """`dest` holding `src`'s bytes: a hard link when the file system allows it (the 98 MB model), else a copy."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        return dest
     try:
         os.link(src, dest)
     except OSError:

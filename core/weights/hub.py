@@ -63,9 +63,10 @@ def cached_files(repo: str) -> tuple[Path, dict[str, int]] | None:
 
 
 def _remote_files(api: Any, repo: str) -> dict[str, int]:
-    from huggingface_hub.hf_api import RepoFile
-
-    return {f.path: f.size for f in api.list_repo_tree(repo, recursive=True) if isinstance(f, RepoFile)}
+    """The repo's files with their sizes: one request (model_info with blobs), which a down network fails at once
+    (list_repo_tree would retry with backoff for about 20 s)."""
+    info = api.model_info(repo, files_metadata=True)
+    return {s.rfilename: s.size or 0 for s in info.siblings or []}
 
 
 def _error(e: Exception, repo: str) -> ModelLoadError:
