@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-speculative", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kv-disk-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-kv-disk", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
+    parser.add_argument("--data-dir", help="where chats are stored (default: $LLMCHAT_DATA_DIR, else the user data dir)")
     add_remote_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -132,9 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_remote_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", metavar="URL", help="chat through an OpenAI-compatible server (vLLM, SGLang, "
-                        "llama-server, Ollama, llmchat serve) instead of the embedded engine; --model then names the "
-                        "server's model (default: the first it lists)")
+    parser.add_argument("--backend", metavar="URL", nargs="?", const="openai",
+                        help="chat through an OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama, llmchat "
+                        "serve) instead of the embedded engine; `openai` (or no value) is $OPENAI_BASE_URL, `ollama` "
+                        "Ollama's address ($OLLAMA_HOST); --model then names the server's model (default: the first "
+                        "it lists), not a local file")
     parser.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY if set)")
 
 
@@ -185,6 +187,10 @@ def kv_disk_bytes(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "backend", None) is not None:
+            from .backend_arg import backend_url
+
+            args.backend = backend_url(args.backend)
         if args.command == "config":
             from .config import run_config
 
