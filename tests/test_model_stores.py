@@ -78,13 +78,14 @@ def test_the_default_model_answers_from_ollamas_store_in_place(stores, default_g
     assert list((stores["ollama"]).rglob("*.gguf")) == []  # nothing was copied into (or out of) the store
 
 
-def test_rm_removes_llmchats_own_model_with_its_kv_blocks_and_no_others(stores, tmp_path):
+def test_rm_removes_llmchats_own_model_with_its_kv_blocks_and_no_others(stores, tmp_path, monkeypatch):
     from llmchat.core.kvdisk.entry import BlockKey, BlockLayout, encode_header
     from llmchat.core.kvdisk.folder import entry_path
     from llmchat.core.kvdisk.owners import read_owners, record_owner
     from llmchat.core.kvdisk.tier import default_kv_disk_dir
     from llmchat.core.weights.resolve import cache_dir
 
+    monkeypatch.setenv("LLMCHAT_CACHE_DIR", str(tmp_path / "own-cache"))  # (the tests' models/ is the user's own)
     mine = write_tiny_gguf(cache_dir() / "models" / "mine-Q8_0.gguf", file_type=7)
     other = write_tiny_gguf(tmp_path / "other.gguf")
     root = default_kv_disk_dir()
