@@ -77,5 +77,11 @@ def stores(tmp_path, monkeypatch) -> dict[str, Path]:
     monkeypatch.setenv("OLLAMA_MODELS", str(places["ollama"]))
     monkeypatch.setenv("HOME", str(places["home"]))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)  # (test_tokenizer sets both at import)
+    # huggingface_hub read them when it was imported; the tests that set HF_HUB_OFFLINE again are answered by
+    # llmchat from the cache before the library is asked anything
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     return places

@@ -31,7 +31,9 @@ def hf_cache_dir() -> Path:
 
 
 def offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE, as huggingface_hub reads them) set: the cache only."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def _endpoint() -> str | None:
