@@ -64,7 +64,7 @@ class LLMEngine:
         self.kv_disk: KVDiskTier | None = None
         if config.kv_disk_bytes > 0 and config.enable_prefix_caching:
             self.kv_disk = KVDiskTier.open(kv_disk_root(config.kv_disk_dir), config.kv_disk_bytes, self.kv_cache,
-                                           self.block_manager)
+                                           self.block_manager, str(loaded.folder))
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.kv_disk)
         self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)

@@ -20,7 +20,7 @@ from .model import Linear, Transformer, build_model
 from ..text.tokenizer import Tokenizer
 from ..weights.checkpoint import check_tensor_shapes, read_config
 from ..weights.errors import ModelLoadError
-from ..weights.resolve import cache_dir, gguf_digest, locate_model, resolve_model
+from ..weights.resolve import cache_dir, find_model, gguf_digest, resolve_model
 from ..weights.tensor_source import GGUFSource
 from ...kernels.quant_cpu_build import load_cpu_kernels
 from .quant_load import build_quantized_model
@@ -136,7 +136,7 @@ def load_model(
     dtype = dtype or default_dtype(device)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    path = locate_model(model, progress)
+    path = find_model(model, progress)
     weight_dtype = resolve_weight_dtype(weight_dtype, device, dtype, gguf=path.is_file())
     if weight_dtype == "gguf":
         return load_gguf_quantized(path, dtype, start, progress)

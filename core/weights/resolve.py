@@ -22,6 +22,7 @@ import platformdirs
 from .checkpoint import check_hf_folder
 from .errors import ModelLoadError  # re-exported: the error callers of resolve_model catch
 from .gguf_convert import convert_gguf
+from .locate import locate_model
 from .cache import (check_entry, file_sha256, fingerprint, sample_sha256, sweep_temps, temp_dir,
                                        write_json_atomic)
 
@@ -113,18 +114,18 @@ def pull_default_model(progress: Progress | None = None) -> Path:
 
 
 def resolve_model(model: str | Path | None, progress: Progress | None = None) -> Path:
-    """A Hugging Face-layout folder ready for `load_checkpoint`: None = the default model; GGUF files are converted
-    (dequantized to fp32: the `float32` weight format's reference path)."""
-    path = locate_model(model, progress)
+    """A Hugging Face-layout folder ready for `load_checkpoint`: None = the default model, else a path or a name
+    (core/weights/names.py); GGUF files are converted (dequantized to fp32: the `float32` weight format's
+    reference path)."""
+    path = find_model(model, progress)
     return path if path.is_dir() else _converted_folder(path, progress or _quiet)
 
 
-def locate_model(model: str | Path | None, progress: Progress | None = None) -> Path:
-    """What the user named, checked, unconverted: a GGUF file (None = the default model) or a model folder."""
+def find_model(model: str | Path | None, progress: Progress | None = None) -> Path:
+    """What the user named, found and checked, unconverted: a GGUF file (None = the default model) or a model
+    folder."""
     progress = progress or _quiet
-    if model is None:
-        return default_gguf_path(True, progress).resolve()
-    path = Path(model).expanduser()
+    path = locate_model(model, progress)  # a name (Hub repo, Ollama, LM Studio, ...) -> its file or folder
     if not path.exists():
         raise ModelLoadError(f"model not found: {path} (pass a .gguf file or a Hugging Face model folder)")
     if path.is_dir():
