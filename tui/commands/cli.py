@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
     serve.add_argument("--max-pending", type=int, default=512, help="requests in flight before 429 (default 512)")
 
-    sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
+    sub.add_parser("pull", help="fetch the default model and build the CPU kernels now (else done on first use)")
 
     export = sub.add_parser("export", help="write a chat as Markdown or JSON (without CHAT_ID: list the chats)")
     export.add_argument("chat_id", nargs="?", type=int, metavar="CHAT_ID", help="the chat's id (shown as #ID in the app)")
@@ -199,8 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "pull":
             from ...core.weights.resolve import pull_default_model
 
-            folder = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
-            print(f"default model ready in {folder}")
+            from ...core.weights.resolve import cache_dir
+            from ...kernels.quant_cpu_build import load_cpu_kernels
+
+            path = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
+            print("building the quantized CPU kernels (once per machine) ...", file=sys.stderr)
+            print(load_cpu_kernels(str(cache_dir() / "kernels")).note, file=sys.stderr)
+            print(f"default model ready: {path}")
             return 0
         if args.command == "cache":
             from .cache import run_cache
