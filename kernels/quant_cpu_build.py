@@ -49,12 +49,14 @@ def load_cpu_kernels(build_dir: str, arch: str = "native") -> CpuKernels:
     """Compile on first use into `build_dir`/<module name>/, load; later calls (and processes) reuse the build.
     `arch` is g++'s -march: "native" in use; the tests also build "haswell" (AVX2 without VNNI) and "x86-64"
     (the scalar fallback) to check the code paths other machines take."""
+    name = module_name(arch)
+    folder = Path(build_dir) / name
+    if (module := _import_built(folder / f"{name}.so", name)) is not None:  # a warm start: no ninja, no compiler
+        return CpuKernels(module, f"quantized CPU kernels: {module.simd()}")
     try:
         from torch.utils import cpp_extension
 
         cpp_extension.verify_ninja_availability()
-        name = module_name(arch)
-        folder = Path(build_dir) / name
         folder.mkdir(parents=True, exist_ok=True)
         module = cpp_extension.load(
             name=name, sources=[str(CSRC / s) for s in SOURCES], build_directory=str(folder),
@@ -65,3 +67,23 @@ def load_cpu_kernels(build_dir: str, arch: str = "native") -> CpuKernels:
         reason = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         return CpuKernels(None, f"quantized CPU kernels unavailable ({reason[:200]}); using the slower torch path")
     return CpuKernels(module, f"quantized CPU kernels: {module.simd()}")
+
+
+def _import_built(path: Path, name: str) -> ModuleType | None:
+    """The extension an earlier process built (its name pins the sources and the CPU), or None. The linker
+    writes the file last, so one that imports is whole; a damaged one fails to import and is rebuilt."""
+    if not path.is_file():
+        return None
+    import importlib.util
+
+    import torch  # noqa: F401  (the extension links against torch's libraries, loaded by this import)
+
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (ImportError, OSError):
+        return None
+    return module

@@ -106,8 +106,8 @@ def _fetch_default_gguf(dest: Path, progress: Progress) -> None:
 
 
 def pull_default_model(progress: Progress | None = None) -> Path:
-    """What `llmchat pull` runs: make sure the default GGUF is present and converted; return the folder."""
-    return resolve_model(None, progress)
+    """What `llmchat pull` runs: make sure the default GGUF is present (it is read as stored: nothing to convert)."""
+    return default_gguf_path(True, progress)
 
 
 # ------------------------------------------------------------------------------------------------- resolving

@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
     serve.add_argument("--max-pending", type=int, default=512, help="requests in flight before 429 (default 512)")
 
-    pull = sub.add_parser("pull", help="download a model by name (default: the default model, fetched and converted)")
+    pull = sub.add_parser("pull", help="download a model by name (default: the default model, and build the CPU "
+                          "kernels now, else done on first use)")
     pull.add_argument("name", nargs="?", metavar="NAME", help="org/repo[:QUANT] from the Hugging Face Hub (into the "
                       "shared HF cache; HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE apply); ollama:/lmstudio: names are "
                       "only looked up, never copied")

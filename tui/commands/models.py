@@ -61,8 +61,13 @@ def run_pull(args: argparse.Namespace) -> int:
 
     progress = lambda line: print(line, file=sys.stderr)  # noqa: E731
     if args.name is None:
-        folder = pull_default_model(progress=progress)
-        print(f"default model ready in {folder}")
+        from ...core.weights.resolve import cache_dir
+        from ...kernels.quant_cpu_build import load_cpu_kernels
+
+        path = pull_default_model(progress=progress)
+        print("building the quantized CPU kernels (once per machine) ...", file=sys.stderr)
+        print(load_cpu_kernels(str(cache_dir() / "kernels")).note, file=sys.stderr)
+        print(f"default model ready: {path}")
         return 0
     path = pull_model(args.name, progress=progress)
     print(f"{args.name} ready: {path}")
