@@ -58,6 +58,9 @@ class ModelConfig:
         assert self.num_attention_heads % self.num_key_value_heads == 0, "GQA needs q heads % kv heads == 0"
         if not self.layer_types:
             object.__setattr__(self, "layer_types", (FULL_ATTENTION,) * self.num_hidden_layers)
+        elif len(set(self.layer_types)) == 1 and len(self.layer_types) != self.num_hidden_layers:
+            # one kind for every layer (dataclasses.replace of num_hidden_layers, in tests): as many as layers
+            object.__setattr__(self, "layer_types", self.layer_types[:1] * self.num_hidden_layers)
         assert len(self.layer_types) == self.num_hidden_layers, (len(self.layer_types), self.num_hidden_layers)
         assert set(self.layer_types) <= set(LAYER_TYPES), self.layer_types
         assert SLIDING_ATTENTION not in self.layer_types or (self.sliding_window or 0) > 0, "sliding layers need a window"
