@@ -58,9 +58,9 @@ def _paged_prefill_attention_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DIM_PAD], tl.float32)
     kv_end = tl.minimum(seq_len, first_pos + (tile + 1) * BLOCK_M)  # keys past the tile's last row are unseen
-    kv_start = 0
-    if window > 0:  # keys before the tile's first row's window are unseen by every row
-        kv_start = tl.maximum(first_pos + tile * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N
+    # keys before the tile's first row's window are unseen by every row (one expression, not a reassignment in
+    # an `if`: compiled Triton requires both branches to give one type, and here they did not: int32 vs int64)
+    kv_start = tl.where(window > 0, tl.maximum(first_pos + tile * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N, 0)
     for n_start in range(kv_start, kv_end, BLOCK_N):
         n = n_start + tl.arange(0, BLOCK_N)  # key positions
         n_mask = n < kv_end
