@@ -10,11 +10,13 @@ from .inventory import ModelEntry
 BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
 
-def bytes_per_param(weight_format: str | None, dtype: str | None, device: str) -> float | None:
-    """How many bytes per parameter the weights take once loaded; None: as stored in the file (quantized)."""
+def bytes_per_param(weight_format: str | None, dtype: str | None, device: str, gguf: bool) -> float | None:
+    """How many bytes per parameter the weights take once loaded; None: as stored in the file (quantized), which
+    is what `auto` gives a GGUF file on the CPU with fp32 activations (model/loader.resolve_weight_dtype)."""
     choice = weight_format or "auto"
     if choice == "auto":
-        choice = dtype or ("float32" if device == "cpu" else "bfloat16")
+        dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
+        choice = "gguf" if gguf and device == "cpu" and dtype == "float32" else dtype
     return BYTES_PER_PARAM.get(choice)
 
 
