@@ -11,12 +11,13 @@ BYTES_PER_PARAM = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
 
 def bytes_per_param(weight_format: str | None, dtype: str | None, device: str, gguf: bool) -> float | None:
-    """How many bytes per parameter the weights take once loaded; None: as stored in the file (quantized), which
-    is what `auto` gives a GGUF file on the CPU with fp32 activations (model/loader.resolve_weight_dtype)."""
+    """How many bytes per parameter the weights take once loaded; None: as stored in the file (quantized).
+    The same choice as core/model/loader.resolve_weight_dtype: 'auto' keeps a GGUF's own blocks on the CPU with
+    fp32 activations, else it is the activation dtype."""
     choice = weight_format or "auto"
     if choice == "auto":
-        dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
-        choice = "gguf" if gguf and device == "cpu" and dtype == "float32" else dtype
+        activations = dtype or ("float32" if device == "cpu" else "bfloat16")
+        choice = "gguf" if gguf and device == "cpu" and activations == "float32" else activations
     return BYTES_PER_PARAM.get(choice)
 
 

@@ -75,15 +75,17 @@ def with_memory(choices: list[ModelChoice], entries: list, config: "EngineConfig
                 loaded: str | None) -> list[ModelChoice]:
     """Each choice with its size and memory needed against the memory free once the loaded model is unloaded."""
     from dataclasses import replace
+    from pathlib import Path
 
     from ...core.weights.memory import available_memory_bytes, bytes_per_param, memory_needed
     from ..text.format import nbytes
 
     device = (config.device if config else None) or "cpu"
 
-    def per_param(entry) -> float | None:  # a GGUF's own blocks or the dtype the engine converts to
-        return bytes_per_param(config.weight_dtype if config else None, config.dtype if config else None, device,
-                               gguf=entry.path.endswith(".gguf"))
+    def needs(entry: "ModelEntry") -> int | None:
+        per_param = bytes_per_param(config.weight_dtype if config else None, config.dtype if config else None,
+                                    device, Path(entry.path).is_file())  # (a file is a GGUF, a folder safetensors)
+        return memory_needed(entry, per_param, kv_bytes)
 
     if config is not None and config.kv_cache_bytes:
         kv_bytes = config.kv_cache_bytes
@@ -97,10 +99,10 @@ def with_memory(choices: list[ModelChoice], entries: list, config: "EngineConfig
     free = available_memory_bytes()
     current = next((e for c, e in zip(choices, found) if c.model == loaded), None)
     if free is not None and current is not None:  # switching unloads it first
-        free += memory_needed(current, per_param(current), kv_bytes) or 0
+        free += needs(current) or 0
     out = []
     for choice, entry in zip(choices, found):
-        needed = memory_needed(entry, per_param(entry), kv_bytes) if entry else None
+        needed = needs(entry) if entry else None
         if entry is None or needed is None:
             out.append(replace(choice, detail=(entry.problem or "") if entry else ""))
             continue
