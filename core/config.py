@@ -5,16 +5,25 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 MAX_SPECULATIVE_TOKENS = 16
 DEFAULT_SPECULATIVE_TOKENS = 4  # what the app, ask and serve draft at most per step (EngineConfig's own default: off)
 DEFAULT_MODEL_LABEL = "SmolLM2-135M-Instruct"
 DEFAULT_KV_DISK_GB = 4.0  # the prefix cache's disk tier budget unless --kv-disk-gb or the config file says
 
+# The kinds of layer a config may list in `layer_types` (Hugging Face's names where it has them):
+FULL_ATTENTION = "full_attention"  # causal attention over the whole context, RoPE on q and k
+SLIDING_ATTENTION = "sliding_attention"  # causal attention over the last `sliding_window` tokens only
+NO_ROPE_ATTENTION = "no_rope_attention"  # full attention without RoPE (SmolLM3's every fourth layer)
+LAYER_TYPES = (FULL_ATTENTION, SLIDING_ATTENTION, NO_ROPE_ATTENTION)
+
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """The shape of a Llama-family decoder, read from a Hugging Face config.json."""
+    """What a decoder-only transformer computes: its shape and the small per-architecture options.
+
+    Read from a Hugging Face config.json (`core/hf_config.py`) or GGUF metadata (`core/weights/gguf_arch.py`).
+    The architectures differ only in the options below the shape; `layer_types` says, per layer, which kind
+    of attention it runs (empty: every layer full attention)."""
 
     architecture: str
     vocab_size: int
@@ -28,12 +37,46 @@ class ModelConfig:
     rope_theta: float
     max_position_embeddings: int
     tie_word_embeddings: bool
-    attention_bias: bool = False  # Qwen2 has biases on q/k/v projections
+    attention_bias: bool = False  # biases on the q/k/v projections (Qwen2)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    layer_types: tuple[str, ...] = ()  # one of LAYER_TYPES per layer; () = all FULL_ATTENTION
+    sliding_window: int | None = None  # SLIDING_ATTENTION layers see the last this-many tokens (their own included)
+    rope_scaling: dict | None = None  # Hugging Face's rope parameters past the base: rope_type and its numbers
+    rope_local_theta: float | None = None  # SLIDING_ATTENTION layers' own unscaled RoPE base (Gemma 3)
+    partial_rotary_factor: float = 1.0  # RoPE turns the first head_dim * this dims of each head (Phi-4-mini 0.75)
+    qk_norm: bool = False  # RMSNorm over each q and k head before RoPE (Qwen3, Gemma 3)
+    hidden_act: str = "silu"  # the MLP gate's activation: "silu" (SwiGLU) or "gelu_pytorch_tanh" (GeGLU, Gemma)
+    sandwich_norms: bool = False  # also normalize each block's output before the residual add (Gemma 2/3)
+    norm_weight_offset: float = 0.0  # RMSNorm multiplies by (offset + w): Gemma stores w around 0, offset 1
+    embedding_scale: float = 1.0  # embeddings times this (Gemma: sqrt(hidden_size))
+    query_pre_attn_scalar: float | None = None  # attention scale is this ** -0.5 (Gemma); None: head_dim ** -0.5
+    attn_logit_softcapping: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
+    final_logit_softcapping: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
 
     def __post_init__(self) -> None:
         assert self.num_attention_heads % self.num_key_value_heads == 0, "GQA needs q heads % kv heads == 0"
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", (FULL_ATTENTION,) * self.num_hidden_layers)
+        elif len(set(self.layer_types)) == 1 and len(self.layer_types) != self.num_hidden_layers:
+            # one kind for every layer (dataclasses.replace of num_hidden_layers, in tests): as many as layers
+            object.__setattr__(self, "layer_types", self.layer_types[:1] * self.num_hidden_layers)
+        assert len(self.layer_types) == self.num_hidden_layers, (len(self.layer_types), self.num_hidden_layers)
+        assert set(self.layer_types) <= set(LAYER_TYPES), self.layer_types
+        assert SLIDING_ATTENTION not in self.layer_types or (self.sliding_window or 0) > 0, "sliding layers need a window"
+
+    @property
+    def attention_scale(self) -> float:
+        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many leading dims of each head RoPE turns (even)."""
+        return int(self.head_dim * self.partial_rotary_factor) // 2 * 2
+
+    def window_of(self, layer_idx: int) -> int:
+        """The number of most recent tokens layer `layer_idx` attends to; 0 = the whole context."""
+        return self.sliding_window or 0 if self.layer_types[layer_idx] == SLIDING_ATTENTION else 0
 
     def kv_bytes_per_token(self, element_size: int) -> int:
         """Bytes of K and V that one token occupies across all layers (GQA: kv heads, not q heads)."""
@@ -41,46 +84,19 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, cfg: dict) -> "ModelConfig":
-        archs = cfg.get("architectures") or [""]
-        arch = archs[0]
-        if arch not in SUPPORTED_ARCHITECTURES:
-            raise ValueError(
-                f"unsupported architecture {arch or '(none)'!r}; llmchat runs {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
-        num_heads = cfg["num_attention_heads"]
-        eos = cfg.get("eos_token_id")
-        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-        return cls(
-            architecture=arch,
-            vocab_size=cfg["vocab_size"],
-            hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"],
-            num_hidden_layers=cfg["num_hidden_layers"],
-            num_attention_heads=num_heads,
-            num_key_value_heads=cfg.get("num_key_value_heads") or num_heads,
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // num_heads,
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)),
-            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            attention_bias=bool(cfg.get("attention_bias", arch == "Qwen2ForCausalLM")),
-            bos_token_id=cfg.get("bos_token_id"),
-            eos_token_ids=eos_ids,
-        )
+        from .hf_config import config_from_hf_dict
+
+        return config_from_hf_dict(cfg)
 
     @classmethod
     def from_dir(cls, folder: Path) -> "ModelConfig":
         return cls.from_hf_dict(json.loads((Path(folder) / "config.json").read_text()))
 
     def to_hf_dict(self) -> dict:
-        d = asdict(self)
-        arch = d.pop("architecture")
-        eos = d.pop("eos_token_ids")
-        d["architectures"] = [arch]
-        d["model_type"] = "qwen2" if arch == "Qwen2ForCausalLM" else "llama"
-        d["eos_token_id"] = list(eos) if len(eos) != 1 else eos[0]
-        d["hidden_act"] = "silu"
-        return d
+        """A config.json that from_hf_dict reads back to this config (llmchat's own spelling of the options)."""
+        from .hf_config import config_to_hf_dict
+
+        return config_to_hf_dict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +117,7 @@ class EngineConfig:
     kernel_backend: str | None = None  # None: triton on CUDA, torch otherwise (resolved once, by the runner)
     num_speculative_tokens: int = 0  # most tokens drafted per sequence and step (adaptive below it); 0: off (default)
     draft_model: str | None = None  # a model with the same vocabulary that drafts; None: prompt lookup (n-grams)
+    num_threads: int | None = None  # the compute team's size; None: auto (core/cpu_threads.py, core/cpu_load.py)
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -110,6 +127,8 @@ class EngineConfig:
         if not 0 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
             raise ValueError(f"the number of speculative tokens must be 0 (off) to {MAX_SPECULATIVE_TOKENS}, "
                              f"got {self.num_speculative_tokens}")
+        if self.num_threads is not None and (isinstance(self.num_threads, bool) or self.num_threads < 1):
+            raise ValueError(f"the number of threads (--threads) must be at least 1, got {self.num_threads}")
         if self.kv_disk_bytes < 0:
             raise ValueError("the disk tier's budget (--kv-disk-gb) must not be negative")
 

@@ -13,6 +13,8 @@ A flat TOML table; every key is optional:
     max_tokens = 512
     seed = 1
     theme = "textual-light"                         # the app's theme at start
+    threads = 2                                     # compute threads (default: auto, the CPUs this process
+                                                    # may use, fewer while other programs keep them busy)
 
     [keys]                                          # key bindings: action = "key" (see `llmchat config`)
     new_chat = "ctrl+t"
@@ -57,6 +59,7 @@ class UserConfig:
     max_tokens: int | None = None
     seed: int | None = None
     theme: str | None = None
+    threads: int | None = None
     keys: tuple["KeyEntry", ...] = ()  # the [keys] table, in file order
 
 
@@ -86,6 +89,7 @@ _RULES: dict[str, tuple[tuple[type, ...], object, str]] = {
     "max_tokens": ((int,), lambda v: v > 0, "a positive integer"),
     "seed": ((int,), lambda v: True, "an integer"),
     "theme": ((str,), lambda v: bool(v.strip()), "a theme name"),
+    "threads": ((int,), lambda v: v >= 1, "a whole number of threads >= 1 (leave it out for auto)"),
 }
 assert set(_RULES) == set(KEYS)
 

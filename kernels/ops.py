@@ -7,26 +7,32 @@ Choice of backend, first match wins:
 "triton" on CPU tensors runs Triton's interpreter (TRITON_INTERPRET=1, the default on machines
 without CUDA, see triton_support.py): slow, meant for tests.
 
-On CPU the torch references ARE the production path; they are plain, batched torch.
+On CPU the torch references ARE the production path; they are plain, batched torch. The exception is the
+linear on GGUF-quantized weights: its CPU path is C++ (quant_linear.py, built by quant_cpu_build.py), passed in
+by the caller as `cpu_kernels` (None: the torch reference). On CUDA it is the torch reference for now.
 """
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Literal
 
 import torch
 
 from . import paged_decode_attention as _decode
 from . import paged_prefill_attention as _prefill
+from . import quant_linear as _quant_linear
 from . import rms_norm as _rms_norm
 from . import rope as _rope
 from . import store_kv as _store_kv
+from .quant_blocks import QuantWeight
 from .rope import rope_cos_sin_cache
 from .triton_support import HAS_TRITON
 
 __all__ = [
     "BACKEND_ENV", "Backend", "resolve_backend", "store_kv", "paged_decode_attention",
-    "paged_prefill_attention", "rms_norm", "rope", "rope_cos_sin_cache",
+    "paged_prefill_attention", "rms_norm", "rope", "rope_cos_sin_cache", "QuantWeight", "quant_linear",
+    "dequantize_rows",
 ]
 
 Backend = Literal["triton", "torch"]
@@ -59,29 +65,34 @@ def store_kv(
 
 def paged_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-    seq_lens: torch.Tensor, scale: float, backend: str | None = None,
+    seq_lens: torch.Tensor, scale: float, backend: str | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """One query token per sequence, q `[num_seqs, num_q_heads, head_dim]`, over its seq_lens[i] cached
-    tokens (the current one included) read through block_tables int32 `[num_seqs, max_blocks_per_seq]`.
+    tokens (the current one included; only the last `window` when window > 0) read through block_tables
+    int32 `[num_seqs, max_blocks_per_seq]`; softcap > 0 caps the scores at softcap * tanh(s / softcap).
     Returns `[num_seqs, num_q_heads, head_dim]` in q's dtype."""
     if resolve_backend(backend, q.device) == "triton":
-        return _decode.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale)
-    return _decode.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scale)
+        return _decode.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, window=window,
+                                              softcap=softcap)
+    return _decode.paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scale, window, softcap)
 
 
 def paged_prefill_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float, backend: str | None = None,
-    max_q_len: int | None = None,
+    max_q_len: int | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """Packed new tokens q `[num_new_tokens, num_q_heads, head_dim]` (sequence i owns rows
     cu_seqlens_q[i]:cu_seqlens_q[i+1], the last positions of its seq_lens[i]-token context, all of whose
-    K/V are already stored) attend causally. max_q_len, when the caller knows it, spares Triton a sync."""
+    K/V are already stored) attend causally (to the last `window` keys only when window > 0; scores capped
+    at softcap * tanh(s / softcap) when softcap > 0). max_q_len, when the caller knows it, spares Triton a sync."""
     if resolve_backend(backend, q.device) == "triton":
         return _prefill.paged_prefill_attention(
-            q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_q_len=max_q_len
+            q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale, max_q_len=max_q_len, window=window,
+            softcap=softcap,
         )
-    return _prefill.paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale)
+    return _prefill.paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale,
+                                                window=window, softcap=softcap)
 
 
 def rms_norm(
@@ -103,3 +114,16 @@ def rope(
     if resolve_backend(backend, q.device) == "triton":
         return _rope.rope(q, k, positions, cos_sin_cache)
     return _rope.rope_ref(q, k, positions, cos_sin_cache)
+
+
+def quant_linear(
+    x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType | None, scratch: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x `[num_rows, in_features]` @ the GGUF-quantized weight `[out_features, in_features]`.T, in x's dtype:
+    integer dots on the quantized bytes for few rows, dequantize (into `scratch`) + GEMM for many."""
+    return _quant_linear.quant_linear(x, weight, cpu_kernels, scratch)
+
+
+def dequantize_rows(weight: QuantWeight, row_ids: torch.Tensor, cpu_kernels: ModuleType | None) -> torch.Tensor:
+    """Rows `row_ids` `[num_ids]` of a quantized table as fp32 `[num_ids, in_features]` (an embedding lookup)."""
+    return _quant_linear.dequantize_rows(weight, row_ids, cpu_kernels)

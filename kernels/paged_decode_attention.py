@@ -23,7 +23,7 @@ def _paged_decode_attention_kernel(
     stride_q_seq, stride_q_head,
     stride_cache_block, stride_cache_slot, stride_cache_head,
     stride_bt_seq, stride_out_seq, stride_out_head,
-    qk_scale, tokens_per_split, num_splits, num_q_heads,
+    qk_scale, tokens_per_split, num_splits, num_q_heads, window, softcap,
     GROUP: tl.constexpr,
     GROUP_PAD: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -32,6 +32,7 @@ def _paged_decode_attention_kernel(
     BLOCK_N: tl.constexpr,
     SINGLE_SPLIT: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -53,13 +54,19 @@ def _paged_decode_attention_kernel(
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-    for n_start in range(kv_start, kv_end, BLOCK_N):
+    loop_start = kv_start
+    if window > 0:  # only the last `window` tokens are seen: skip the tiles before them
+        loop_start = tl.maximum(kv_start, (seq_len - window) // BLOCK_N * BLOCK_N)
+    for n_start in range(loop_start, kv_end, BLOCK_N):
         n = n_start + tl.arange(0, BLOCK_N)  # token positions in the context
         n_mask = n < kv_end
+        visible = n_mask
+        if window > 0:
+            visible = visible & (n > seq_len - 1 - window)
         m_i, l_i, acc = _attend_paged_tile(
             q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, stride_bt_seq, n, n_mask,
-            n_mask[None, :], kv_head, dims, dim_mask, stride_cache_block, stride_cache_slot, stride_cache_head,
-            qk_scale, BLOCK_SIZE, UPCAST_DOT,
+            visible[None, :], kv_head, dims, dim_mask, stride_cache_block, stride_cache_slot, stride_cache_head,
+            qk_scale, softcap, BLOCK_SIZE, UPCAST_DOT, SOFTCAP,
         )
 
     if SINGLE_SPLIT:
@@ -106,12 +113,13 @@ def _pick_num_splits(num_seqs: int, num_kv_heads: int, max_blocks: int, block_si
 def paged_decode_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     seq_lens: torch.Tensor, scale: float, num_splits: int | None = None, block_n: int | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """q `[num_seqs, num_q_heads, head_dim]`; caches `[num_blocks, block_size, num_kv_heads, head_dim]`;
     block_tables int32 `[num_seqs, max_blocks_per_seq]`; seq_lens int32 `[num_seqs]` (>= 1, the current
     token included). Returns out like q (contiguous; written into `out` when given). num_splits / block_n
-    override the tuning (tests)."""
+    override the tuning (tests). window > 0: only the last `window` tokens are seen; softcap > 0: scores
+    become softcap * tanh(scores / softcap)."""
     check_launchable(q, k_cache, v_cache, block_tables, seq_lens)
     num_seqs, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -147,7 +155,8 @@ def paged_decode_attention(
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        scale * math.log2(math.e), tokens_per_split, num_splits, num_q_heads,
+        scale if softcap > 0 else scale * math.log2(math.e), tokens_per_split, num_splits, num_q_heads, window,
+        softcap,
         GROUP=group,
         GROUP_PAD=max(16, next_power_of_2(group)),
         HEAD_DIM=head_dim,
@@ -156,6 +165,7 @@ def paged_decode_attention(
         BLOCK_N=block_n,
         SINGLE_SPLIT=single,
         UPCAST_DOT=upcast_dot(q.dtype),
+        SOFTCAP=softcap > 0,
     )
     if not single:
         _paged_decode_reduce_kernel[(num_seqs, num_q_heads)](
@@ -170,7 +180,7 @@ def paged_decode_attention(
 
 def paged_decode_attention_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-    seq_lens: torch.Tensor, scale: float,
+    seq_lens: torch.Tensor, scale: float, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """Plain torch, batched: gather every sequence's K/V through its block table at once (whole blocks as
     rows of a 2-D view: a 4-D index_select plus a transposing copy ran 4-6x slower at 500-2000 tokens on
@@ -192,11 +202,16 @@ def paged_decode_attention_ref(
     k, v = gather(k_cache), gather(v_cache)  # each [num_seqs, max_len, num_kv_heads, head_dim]
     for i, seq_len in enumerate(seq_lens.tolist()):  # stale slots may hold anything, NaN included (0 * NaN = NaN),
         v[i, seq_len:] = 0.0  # and only each sequence's tail is stale
-    hidden = torch.arange(max_len, device=q.device)[None, :] >= seq_lens[:, None]  # [num_seqs, max_len]
+    pos = torch.arange(max_len, device=q.device)[None, :]
+    hidden = pos >= seq_lens[:, None]  # [num_seqs, max_len]
+    if window > 0:
+        hidden |= pos < seq_lens[:, None] - window  # sliding window: the last `window` tokens only
     qg = q.float().view(num_seqs, num_kv_heads, group, head_dim)
     out = torch.empty(num_seqs, num_kv_heads, group, head_dim, dtype=torch.float32, device=q.device)
     for h in range(num_kv_heads):
         scores = torch.bmm(qg[:, h], k[:, :, h].transpose(1, 2)).mul_(scale)  # [num_seqs, group, max_len]
+        if softcap > 0:
+            scores = torch.tanh(scores / softcap) * softcap
         scores.masked_fill_(hidden[:, None, :], float("-inf"))
         out[:, h] = torch.bmm(torch.softmax(scores, dim=-1), v[:, :, h])  # [num_seqs, group, head_dim]
     return out.view(num_seqs, num_q_heads, head_dim).to(q.dtype)

@@ -22,7 +22,7 @@ def _paged_prefill_attention_kernel(
     stride_q_tok, stride_q_head,
     stride_cache_block, stride_cache_slot, stride_cache_head,
     stride_bt_seq, stride_out_tok, stride_out_head,
-    qk_scale,
+    qk_scale, window, softcap,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     DIM_PAD: tl.constexpr,
@@ -30,6 +30,7 @@ def _paged_prefill_attention_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     seq = tl.program_id(0).to(tl.int64)
     q_head = tl.program_id(1)
@@ -57,14 +58,19 @@ def _paged_prefill_attention_kernel(
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, DIM_PAD], tl.float32)
     kv_end = tl.minimum(seq_len, first_pos + (tile + 1) * BLOCK_M)  # keys past the tile's last row are unseen
-    for n_start in range(0, kv_end, BLOCK_N):
+    # keys before the tile's first row's window are unseen by every row (one expression, not a reassignment in
+    # an `if`: compiled Triton requires both branches to give one type, and here they did not: int32 vs int64)
+    kv_start = tl.where(window > 0, tl.maximum(first_pos + tile * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N, 0)
+    for n_start in range(kv_start, kv_end, BLOCK_N):
         n = n_start + tl.arange(0, BLOCK_N)  # key positions
         n_mask = n < kv_end
-        visible = (n[None, :] <= q_pos[:, None]) & n_mask[None, :]  # causal; key 0 is visible to every row
+        visible = (n[None, :] <= q_pos[:, None]) & n_mask[None, :]  # causal
+        if window > 0:
+            visible = visible & (n[None, :] > q_pos[:, None] - window)  # sliding window: the last `window` keys
         m_i, l_i, acc = _attend_paged_tile(
             q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, stride_bt_seq, n, n_mask, visible,
-            kv_head, dims, dim_mask, stride_cache_block, stride_cache_slot, stride_cache_head, qk_scale,
-            BLOCK_SIZE, UPCAST_DOT,
+            kv_head, dims, dim_mask, stride_cache_block, stride_cache_slot, stride_cache_head, qk_scale, softcap,
+            BLOCK_SIZE, UPCAST_DOT, SOFTCAP,
         )
 
     out = acc / l_i[:, None]
@@ -76,13 +82,14 @@ def paged_prefill_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float,
     max_q_len: int | None = None, block_m: int | None = None, block_n: int | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """q `[num_new_tokens, num_q_heads, head_dim]` packed over sequences; caches
     `[num_blocks, block_size, num_kv_heads, head_dim]`; block_tables int32 `[num_seqs, max_blocks_per_seq]`;
     cu_seqlens_q int32 `[num_seqs + 1]`; seq_lens int32 `[num_seqs]` (context length, new tokens included).
     Returns out like q (contiguous; written into `out` when given). max_q_len saves a device sync;
-    block_m / block_n override the tiling."""
+    block_m / block_n override the tiling. window > 0: each query sees only the last `window` keys (its own
+    included); softcap > 0: scores become softcap * tanh(scores / softcap)."""
     check_launchable(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens)
     num_tokens, num_q_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
@@ -108,7 +115,7 @@ def paged_prefill_attention(
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
-        scale * math.log2(math.e),
+        scale if softcap > 0 else scale * math.log2(math.e), window, softcap,
         GROUP=num_q_heads // num_kv_heads,
         HEAD_DIM=head_dim,
         DIM_PAD=max(16, next_power_of_2(head_dim)),
@@ -116,6 +123,7 @@ def paged_prefill_attention(
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         UPCAST_DOT=upcast_dot(q.dtype),
+        SOFTCAP=softcap > 0,
     )
     return out
 
@@ -123,6 +131,7 @@ def paged_prefill_attention(
 def paged_prefill_attention_ref(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
     cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor, scale: float, max_score_bytes: int = 2 << 20,
+    window: int = 0, softcap: float = 0.0,
 ) -> torch.Tensor:
     """Plain torch, one sequence at a time: gather its seq_len keys/values through the block table, then
     softmax(q k^T * scale + causal mask) v in fp32, all heads in one batched matmul (GQA: each KV head's
@@ -155,13 +164,17 @@ def paged_prefill_attention_ref(
             num_keys = int(q_pos[-1]) + 1  # the chunk's last query sees keys 0 .. its own position
             qc = q[first : first + c_len].float().reshape(c_len, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
             qc = qc.reshape(num_kv_heads, group * c_len, head_dim) * scale  # [kv_heads, group * c_len, head_dim]
-            scores = qc @ k[:, :num_keys].transpose(1, 2)  # [kv_heads, group * c_len, num_keys], scaled
-            scores = scores.view(num_kv_heads, group, c_len, num_keys)
-            # every key before the chunk's first position is visible to all its rows: mask only the rest
-            first_key = int(q_pos[0])
-            keys = torch.arange(first_key, num_keys, device=q.device)
-            scores[..., first_key:].masked_fill_(keys[None, :] > q_pos[:, None], float("-inf"))  # causal
-            probs = torch.softmax(scores, dim=-1).view(num_kv_heads, group * c_len, num_keys)
-            oc = (probs @ v[:, :num_keys]).view(num_kv_heads, group, c_len, head_dim)  # [kv_heads, group, c_len, dim]
+            lo = max(0, int(q_pos[0]) - window + 1) if window > 0 else 0  # keys before lo: outside every window
+            scores = qc @ k[:, lo:num_keys].transpose(1, 2)  # [kv_heads, group * c_len, num_keys - lo], scaled
+            scores = scores.view(num_kv_heads, group, c_len, num_keys - lo)
+            if softcap > 0:
+                scores = torch.tanh(scores / softcap) * softcap
+            keys = torch.arange(lo, num_keys, device=q.device)
+            hidden = keys[None, :] > q_pos[:, None]  # causal
+            if window > 0:
+                hidden |= keys[None, :] <= q_pos[:, None] - window  # sliding window
+            scores.masked_fill_(hidden, float("-inf"))
+            probs = torch.softmax(scores, dim=-1).view(num_kv_heads, group * c_len, num_keys - lo)
+            oc = (probs @ v[:, lo:num_keys]).view(num_kv_heads, group, c_len, head_dim)  # [kv_heads, group, c_len, dim]
             out[first : first + c_len] = oc.permute(2, 0, 1, 3).reshape(c_len, num_q_heads, head_dim).to(q.dtype)
     return out

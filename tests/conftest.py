@@ -27,10 +27,11 @@ _REAL_CACHE_DIR = Path(os.environ.get("LLMCHAT_CACHE_DIR") or __import__("platfo
 
 
 def isolated_cache_dir(folder: Path) -> Path:
-    """A cache dir that shares the real models/ and converted/ folders (links) and nothing else: the disk tier
+    """A cache dir that shares the real models/, converted/ and kernels/ (C++ builds) folders (links) and nothing
+    else: the disk tier
     of the prefix cache (kv/) starts empty there, so no test reads or writes the user's, or another test's."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("models", "converted"):
+    for name in ("models", "converted", "kernels"):
         (_REAL_CACHE_DIR / name).mkdir(parents=True, exist_ok=True)
         (folder / name).symlink_to(_REAL_CACHE_DIR / name, target_is_directory=True)
     return folder

@@ -24,6 +24,7 @@ RAW = "".join(HOSTILE_REPLY)
 
 class FakeStream:
     metrics = None
+    model_line = ""
 
     def __iter__(self):
         yield from HOSTILE_REPLY

@@ -65,6 +65,8 @@ def test_the_path_is_the_user_config_dir_unless_the_env_names_another(monkeypatc
     ("kv_cache_gb = nan\n", "line 1: key 'kv_cache_gb' must be a positive number"),
     ("device = 'tpu'\n", "line 1: key 'device' must be cpu or cuda"),
     ("max_tokens = 0\n", "line 1: key 'max_tokens' must be a positive integer"),
+    ("threads = 0\n", "line 1: key 'threads' must be a whole number of threads >= 1"),
+    ("threads = 1.5\n", "line 1: key 'threads' must be a whole number of threads >= 1"),
     ("temperature = \n", "not valid TOML: Invalid value (at line 1, column"),
 ])
 def test_a_malformed_file_is_one_line_naming_the_line_and_key(tmp_path, text, expected) -> None:
@@ -121,6 +123,20 @@ def test_flags_override_the_file_and_the_file_overrides_the_defaults(tmp_path, m
     assert ask_params(monkeypatch)[1]["kv_disk_bytes"] == 0
 
 
+def test_threads_come_from_the_flag_then_the_file_then_auto(tmp_path, monkeypatch, capsys) -> None:
+    assert ask_params(monkeypatch)[1]["num_threads"] is None  # auto
+    write_config(tmp_path, monkeypatch, "threads = 3\n")
+    assert ask_params(monkeypatch)[1]["num_threads"] == 3
+    assert ask_params(monkeypatch, "--threads", "1")[1]["num_threads"] == 1
+    rc, seen = ask_params(monkeypatch, "--threads", "0")
+    assert rc == 2 and seen == {}
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["llmchat: --threads must be at least 1, got 0"]
+    args = cli.build_parser().parse_args(["bench", "--threads", "2"])
+    assert cli.engine_config(args).num_threads == 2
+    assert cli.engine_config(cli.build_parser().parse_args([])).num_threads is None
+
+
 def test_a_malformed_file_is_one_line_and_ask_runs_on_the_defaults(tmp_path, monkeypatch, capsys) -> None:
     write_config(tmp_path, monkeypatch, "temperature = 0.2\ntop_k = -1\n")
     rc, seen = ask_params(monkeypatch)
@@ -153,6 +169,7 @@ def test_llmchat_config_prints_the_path_and_the_effective_settings(tmp_path, mon
     rows = {line.split()[0]: line.split("=", 1)[1].split() for line in lines[1:]}
     assert rows["temperature"] == ["0.2", "(file)"] and rows["top_k"] == ["40", "(file)"]
     assert rows["kv_disk"] == ["false", "(file)"] and rows["theme"] == ['"nord"', "(file)"]
+    assert rows["threads"][-1] == "(default)" and "auto" in rows["threads"][0]
     done = run_llmchat("--kv-cache-gb", "3", "config")  # a flag given before the command shows as the flag's
     assert "kv_cache_gb  = 3 " in done.stdout and "(flag)" in done.stdout
 
@@ -160,6 +177,8 @@ def test_llmchat_config_prints_the_path_and_the_effective_settings(tmp_path, mon
     done = run_llmchat("config")
     assert done.returncode == 0 and "(not there; built-in defaults)" in done.stdout
     assert "temperature  = 0.7" in done.stdout and "(default)" in done.stdout
+    path.write_text("threads = 1\n")
+    assert "threads      = 1 " in run_llmchat("config").stdout
 
 
 def test_llmchat_config_on_a_malformed_file_exits_2_with_one_line(tmp_path, monkeypatch) -> None:

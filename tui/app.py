@@ -81,10 +81,12 @@ class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
         self.model_factory = None  # --model path (None: the default) -> its engine factory; None: no switching
         self.loaded_model = model  # the --model loaded (tui/model_switch.py)
         self.switching_model = False
+        self.engine_config: "EngineConfig | None" = engine_config
         if engine_factory is None:
             from ..core.config import EngineConfig
 
             config = engine_config or EngineConfig()
+            self.engine_config = config  # (the picker sizes models with its weight format and KV budget)
             self.model_factory = lambda m: default_engine_factory(replace(config, model=m))
             self.loaded_model = model if model is not None else config.model
             engine_factory = self.model_factory(self.loaded_model)

@@ -152,6 +152,9 @@ class EngineStats:
     spec_tokens_per_step: float = float("nan")  # tokens per sequence per decode step, recent window (1 = no gain)
     disk: DiskTierStats | None = None  # the disk tier of the prefix cache; None when it is off
     prefix_disk_hit_rate: float = 0.0  # prompt tokens from the disk tier / prompt tokens looked up, since start
+    num_threads: int | None = None  # the compute team's size now; None: not reported (a remote server)
+    num_cpus: int | None = None  # the CPUs this process may use (affinity, cgroup quota)
+    threads_adaptive: bool = False  # True: auto, fewer threads while other programs are busy
 
     def request(self, request_id: int | None) -> LiveRequest | None:
         return next((r for r in self.requests if r.request_id == request_id), None)

@@ -32,10 +32,12 @@ DB_NAME = "chats.sqlite3"
 
 
 def default_data_dir() -> Path:
-    """Where chats live unless --data-dir says otherwise (~/.local/share/llmchat on Linux)."""
+    """Where chats live unless --data-dir says otherwise: $LLMCHAT_DATA_DIR, else ~/.local/share/llmchat on Linux."""
+    import os
+
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("llmchat"))
+    return Path(os.environ.get("LLMCHAT_DATA_DIR") or platformdirs.user_data_dir("llmchat")).expanduser()
 
 
 @dataclass(slots=True)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from .block_manager import BlockManager
 from .cache_explainer import PromptContext
 from ..config import EngineConfig
+from ..cpu_load import ThreadGovernor
+from ..cpu_threads import plan_threads
 from ..api.events import EngineEvent, Finished, Started, TextDelta
 from .kv_cache import PagedKVCache, default_kv_cache_bytes
 from ..kvdisk.tier import KVDiskTier, kv_disk_root
@@ -39,7 +41,8 @@ class _Stream:
 def model_fingerprint(loaded: LoadedModel, dtype: str) -> bytes:
     """Part of every block hash: KV from another model or dtype must never be reused."""
     cfg = json.dumps(loaded.config.to_hf_dict(), sort_keys=True)
-    return hashlib.blake2b(f"{loaded.folder.name}|{cfg}|{dtype}".encode(), digest_size=16).digest()
+    source = loaded.source_id or loaded.folder.name  # a GGUF's sha256, or the (converted) folder's name
+    return hashlib.blake2b(f"{source}|{cfg}|{dtype}".encode(), digest_size=16).digest()
 
 
 class LLMEngine:
@@ -61,7 +64,7 @@ class LLMEngine:
         self.kv_disk: KVDiskTier | None = None
         if config.kv_disk_bytes > 0 and config.enable_prefix_caching:
             self.kv_disk = KVDiskTier.open(kv_disk_root(config.kv_disk_dir), config.kv_disk_bytes, self.kv_cache,
-                                           self.block_manager)
+                                           self.block_manager, str(loaded.folder))
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.kv_disk)
         self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)
@@ -69,6 +72,7 @@ class LLMEngine:
         self.speculator = build_speculator(config, loaded, self.block_manager, self.max_context, draft)
         self.weight_bytes = model.weight_bytes()
         self.window = StatsWindow()
+        self.threads = ThreadGovernor(plan_threads(config.num_threads))  # the stepping thread's compute team
         self._ids = itertools.count(1)
         self._seqs: dict[int, Sequence] = {}
         self._streams: dict[int, _Stream] = {}
@@ -157,6 +161,7 @@ class LLMEngine:
     def _step(self, events: list[EngineEvent]) -> list[EngineEvent]:
         events += self._pending
         self._pending = []
+        self.threads.before_step()
         self.speculator.propose(self.scheduler.running)
         batch, dropped = self.scheduler.schedule()
         for seq in dropped:
@@ -264,6 +269,9 @@ class LLMEngine:
             requests=tuple(self._live(seq) for seq in (*self.scheduler.running, *self.scheduler.waiting)),
             disk=self.kv_disk.stats() if self.kv_disk is not None else None,
             prefix_disk_hit_rate=self.window.disk_hit_rate(),
+            num_threads=self.threads.num_threads,
+            num_cpus=self.threads.plan.num_cpus,
+            threads_adaptive=self.threads.plan.adaptive,
         )
 
     @staticmethod

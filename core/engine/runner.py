@@ -17,7 +17,7 @@ class ModelRunner:
         self.kv_cache = kv_cache
         self.block_size = kv_cache.block_size
         self.device = model.device
-        self.scale = model.config.head_dim**-0.5
+        self.scale = model.config.attention_scale
         self.kernel_backend = ops.resolve_backend(kernel_backend, self.device)  # once, for every op
 
     def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[tuple[int, int]]]:

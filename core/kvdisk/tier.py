@@ -20,6 +20,7 @@ from ..engine.kv_cache import PagedKVCache
 from .entry import BlockKey, BlockLayout
 from ..api.metrics import DiskTierStats
 from ..config import DEFAULT_KV_DISK_GB
+from .owners import record_owner
 from .store import KVDiskStore
 from ..engine.sequence import Sequence
 
@@ -42,7 +43,11 @@ class KVDiskTier:
         self.dtype = kv_cache.k[0].dtype
 
     @classmethod
-    def open(cls, root: Path, budget_bytes: int, kv_cache: PagedKVCache, block_manager: BlockManager) -> "KVDiskTier":
+    def open(cls, root: Path, budget_bytes: int, kv_cache: PagedKVCache, block_manager: BlockManager,
+             model_folder: str | None = None) -> "KVDiskTier":
+        """`model_folder` (what the model was loaded from) is recorded as the owner of its blocks (`llmchat rm`)."""
+        if model_folder is not None:
+            record_owner(root, block_manager.fingerprint, model_folder)
         dtype = kv_cache.k[0].dtype
         shape = kv_cache.block_shape
         nbytes = kv_cache.bytes_per_block

@@ -25,10 +25,11 @@ class DenseKV:
         shape = (max_len, cfg.num_key_value_heads, cfg.head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
-        self.scale = cfg.head_dim**-0.5
+        self.scale = cfg.attention_scale
         self.start = 0  # tokens already in the cache before this forward
 
-    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
+               softcap: float = 0.0) -> torch.Tensor:
         num_new = q.shape[0]
         end = self.start + num_new
         self.k[layer_idx][self.start : end] = k
@@ -36,11 +37,20 @@ class DenseKV:
         keys = self.k[layer_idx][:end].transpose(0, 1)  # [num_kv_heads, end, head_dim]
         values = self.v[layer_idx][:end].transpose(0, 1)
         query_pos = torch.arange(self.start, end, device=q.device)[:, None]
-        mask = torch.arange(end, device=q.device)[None, :] <= query_pos  # [num_new, end], causal
-        out = F.scaled_dot_product_attention(
-            q.transpose(0, 1), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
-        )  # [num_q_heads, num_new, head_dim]
-        return out.transpose(0, 1)
+        key_pos = torch.arange(end, device=q.device)[None, :]
+        mask = key_pos <= query_pos  # [num_new, end], causal
+        if window > 0:
+            mask &= key_pos > query_pos - window  # sliding window: the last `window` keys
+        if softcap <= 0:
+            out = F.scaled_dot_product_attention(
+                q.transpose(0, 1), keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
+            )  # [num_q_heads, num_new, head_dim]
+            return out.transpose(0, 1)
+        group = q.shape[1] // keys.shape[0]  # soft-capped scores (Gemma 2): spelled out, SDPA has no cap
+        keys, values = keys.repeat_interleave(group, 0).float(), values.repeat_interleave(group, 0).float()
+        scores = q.transpose(0, 1).float() @ keys.transpose(1, 2) * self.scale  # [num_q_heads, num_new, end]
+        scores = (torch.tanh(scores / softcap) * softcap).masked_fill(~mask, float("-inf"))
+        return (torch.softmax(scores, dim=-1) @ values).transpose(0, 1).to(q.dtype)
 
 
 @torch.inference_mode()

@@ -7,6 +7,7 @@ largest tensor, not the checkpoint plus the model.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -15,11 +16,14 @@ from pathlib import Path
 import torch
 
 from ..config import EngineConfig, ModelConfig
-from .model import Transformer, build_model
+from .model import Linear, Transformer, build_model
 from ..text.tokenizer import Tokenizer
 from ..weights.checkpoint import check_tensor_shapes, read_config
 from ..weights.errors import ModelLoadError
-from ..weights.resolve import resolve_model
+from ..weights.resolve import cache_dir, find_model, gguf_digest, resolve_model
+from ..weights.tensor_source import GGUFSource
+from ...kernels.quant_cpu_build import load_cpu_kernels
+from .quant_load import build_quantized_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WEIGHT_FORMATS = ("auto", *DTYPES)
@@ -35,7 +39,8 @@ class LoadedModel:
     tokenizer: Tokenizer
     load_seconds: float
     dtype: str = "float32"  # activations and KV cache
-    weight_dtype: str = "float32"  # storage of the projection and embedding weights
+    weight_dtype: str = "float32"  # storage of the weights: a dtype, or "gguf:<block types>" kept as stored
+    source_id: str = ""  # what the weights were read from, for the KV fingerprint (a GGUF's sha256; else "")
 
 
 def default_dtype(device: str) -> str:
@@ -43,15 +48,19 @@ def default_dtype(device: str) -> str:
     return "bfloat16" if device.startswith("cuda") else "float32"
 
 
-def resolve_weight_dtype(weight_dtype: str | None, device: str, dtype: str) -> str:
-    """'auto' (or None): the activation dtype. bf16 weights under fp32 activations (half the bytes, one
+def resolve_weight_dtype(weight_dtype: str | None, device: str, dtype: str, gguf: bool = False) -> str:
+    """'auto' (or None): a GGUF file's own block types ("gguf") on the CPU with fp32 activations, read and
+    computed as stored (core/model/quant_load.py); else the activation dtype. `float32` is the exact reference
+    (a GGUF dequantized at load, through the converted-model cache). bf16 weights under fp32 activations (half the bytes, one
     packed copy, fast on AMX / AVX-512 BF16 CPUs) are opt-in: on the default model they keep the NLL of the
     gate text within 0.2% of fp32 but only 4 of the 10 gate prompts keep the same 24-token greedy reply
     (tests/test_weight_format.py), short of the 9 of 10 a default needs. Anything else is taken as given."""
     choice = weight_dtype or "auto"
     if choice not in WEIGHT_FORMATS:
         raise ValueError(f"unknown weight format {choice!r}; choose one of {', '.join(WEIGHT_FORMATS)}")
-    return dtype if choice == "auto" else choice
+    if choice == "auto":
+        return "gguf" if gguf and device == "cpu" and dtype == "float32" else dtype
+    return choice
 
 
 class SafetensorsReader(Mapping):
@@ -127,15 +136,63 @@ def load_model(
     dtype = dtype or default_dtype(device)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
-    weight_dtype = resolve_weight_dtype(weight_dtype, device, dtype)
-    folder = resolve_model(model, progress=progress)
+    path = find_model(model, progress)
+    weight_dtype = resolve_weight_dtype(weight_dtype, device, dtype, gguf=path.is_file())
+    if weight_dtype == "gguf":
+        return load_gguf_quantized(path, dtype, start, progress)
+    folder = resolve_model(path, progress=progress)
     config, state = open_checkpoint(folder, device)
     net = build_model(config, state, dtype=DTYPES[dtype], device=device, weight_dtype=DTYPES[weight_dtype])
     del state
     tokenizer = Tokenizer.from_dir(folder)
+    tokenizer.stop_token_ids |= declared_stop_ids(folder, config)
     return LoadedModel(folder, config, net, tokenizer, time.perf_counter() - start, dtype, weight_dtype)
 
 
+def declared_stop_ids(folder: Path, config: ModelConfig) -> frozenset[int]:
+    """Every end id the model declares: config.json's eos_token_id (GGUF: eos, eot and eom ids) and
+    generation_config.json's, within the vocabulary; each one ends a reply."""
+    ids = set(config.eos_token_ids)
+    try:
+        eos = json.loads((Path(folder) / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        eos = None
+    ids |= set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    return frozenset(i for i in ids if isinstance(i, int) and 0 <= i < config.vocab_size)
+
+
+def describe(loaded: LoadedModel) -> str:
+    """One line on what was loaded: architecture, parameters, weight storage, context, layer kinds."""
+    cfg = loaded.config
+    num_params = sum(p.numel() for p in loaded.model.parameters() if p is not None)
+    num_params += sum(m.in_features * m.out_features for m in loaded.model.modules()
+                      if isinstance(m, Linear) and m.packed is not None)  # a packed projection holds no parameter
+    kinds = ", ".join(f"{cfg.layer_types.count(k)} {k.replace('_', ' ')}"
+                      + (f" ({cfg.sliding_window})" if k == "sliding_attention" else "")
+                      for k in dict.fromkeys(cfg.layer_types))
+    return (f"{cfg.architecture}: {num_params / 1e6:,.1f}M parameters, weights {loaded.weight_dtype}, activations "
+            f"{loaded.dtype}, context {cfg.max_position_embeddings:,} tokens, {cfg.num_hidden_layers} layers "
+            f"({kinds})")
+
+
 def load_model_for(config: "EngineConfig", progress: Callable[[str], None] | None = None) -> LoadedModel:
-    """The model an engine with `config` runs: its model, device, dtype and weight format."""
+    """The model an engine with `config` runs: its model, device, dtype and weight format. The loading
+    thread's compute team gets the engine's thread count (loading prepacks weights with parallel ops)."""
+    from ..cpu_threads import plan_threads, use_threads
+
+    use_threads(plan_threads(config.num_threads).num_threads)
     return load_model(config.model, config.device, config.dtype, progress, config.weight_dtype)
+
+
+def load_gguf_quantized(path: Path, dtype: str, start: float,
+                        progress: Callable[[str], None] | None = None) -> LoadedModel:
+    """A GGUF read as stored: no fp32 copy in memory or on disk (core/weights/tensor_source.py)."""
+    source = GGUFSource(path)
+    kernels = load_cpu_kernels(str(cache_dir() / "kernels"))
+    if kernels.module is None:  # one notice line: the slower torch path runs instead
+        (progress or (lambda line: print(line, file=sys.stderr)))(kernels.note)
+    net = build_quantized_model(source.config, source, DTYPES[dtype], kernels.module)
+    tokenizer = Tokenizer.from_files(source.tokenizer_files())
+    weight_format = "gguf:" + "+".join(source.kinds())
+    return LoadedModel(path, source.config, net, tokenizer, time.perf_counter() - start, dtype, weight_format,
+                       gguf_digest(path))

@@ -1,4 +1,9 @@
-"""The Llama-family decoder (Llama, SmolLM, Qwen2): RMSNorm, RoPE, GQA attention, SwiGLU MLP.
+"""The decoder-only transformer: RMSNorm, RoPE, GQA attention, a gated MLP; one file for every architecture.
+
+Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3 and SmolLM3 differ only in small named options of the config
+(core/config.py): biases on q/k/v, an RMSNorm on each q and k head, which layers slide a window or skip RoPE,
+how many dims RoPE turns, GeGLU instead of SwiGLU, norms around each block as well as before it, scaled
+embeddings, soft-capped scores and logits.
 
 Tokens are packed flat, `[num_tokens, hidden]`, with no batch dimension: a step may hold the new
 tokens of many sequences. Attention goes through one object passed into forward (`KVContext`), so
@@ -7,15 +12,21 @@ the same model runs on a dense per-sequence cache (core/dense.py) or the paged c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Protocol
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..config import ModelConfig
+from ..config import NO_ROPE_ATTENTION, ModelConfig
 from ...kernels import ops
 from ...kernels.linear import linear, prepack_linear_weight
+from .quant_layers import QuantEmbedding, QuantLinear
+from .rope import rope_tables
+from .state import load_state
+
+ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh")}
 
 
 class KVContext(Protocol):
@@ -24,9 +35,11 @@ class KVContext(Protocol):
 
     backend: str
 
-    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
+               softcap: float = 0.0) -> torch.Tensor:
         """q `[num_tokens, num_q_heads, head_dim]`, k/v `[num_tokens, num_kv_heads, head_dim]` (RoPE applied);
-        stores k/v, attends causally over the sequence's whole context, returns `[num_tokens, num_q_heads, head_dim]`."""
+        stores k/v, attends causally over the sequence's context (only its last `window` tokens when window > 0,
+        scores soft-capped at `softcap` when > 0), returns `[num_tokens, num_q_heads, head_dim]`."""
         ...
 
 
@@ -69,6 +82,8 @@ class Embedding(nn.Module):
 
 
 class RMSNorm(nn.Module):
+    """weight * x / rms(x). Gemma's `(1 + w)` is folded into the weight when it is loaded (load_state)."""
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
@@ -87,51 +102,87 @@ class Attention(nn.Module):
         self.head_dim = cfg.head_dim
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
+        kind = cfg.layer_types[layer_idx]
+        self.rope_table = None if kind == NO_ROPE_ATTENTION else kind  # which of the model's RoPE tables
+        self.rotary_dim = cfg.rotary_dim
+        self.window = cfg.window_of(layer_idx)
+        self.softcap = cfg.attn_logit_softcapping or 0.0
         # q, k and v projections fused into one matmul (rows: q, then k, then v)
         self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, cfg.attention_bias, weight_dtype)
         self.o_proj = Linear(self.q_size, cfg.hidden_size, False, weight_dtype)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, kv: KVContext) -> torch.Tensor:
+    def rope(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, backend: str):
+        if self.rotary_dim == self.head_dim:
+            return ops.rope(q, k, positions, cos_sin, backend=backend)
+        r = self.rotary_dim  # partial rotary: the first r dims turn, the rest pass through
+        q_rot, k_rot = ops.rope(q[..., :r], k[..., :r], positions, cos_sin, backend=backend)
+        return torch.cat([q_rot, q[..., r:]], dim=-1), torch.cat([k_rot, k[..., r:]], dim=-1)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope_tables: dict[str, torch.Tensor],
+                kv: KVContext) -> torch.Tensor:
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)  # [num_tokens, q_size + 2 * kv_size]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        q, k = ops.rope(q, k, positions, cos_sin, backend=kv.backend)
-        out = kv.attend(self.layer_idx, q, k, v)  # [num_tokens, num_heads, head_dim]
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q, None, kv.backend), self.k_norm(k, None, kv.backend)
+        if self.rope_table is not None:
+            q, k = self.rope(q, k, positions, rope_tables[self.rope_table], kv.backend)
+        out = kv.attend(self.layer_idx, q, k, v, self.window, self.softcap)  # [num_tokens, num_heads, head_dim]
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
 
 class MLP(nn.Module):
+    """down(act(gate(x)) * up(x)): SwiGLU with silu, GeGLU with tanh-approximated gelu (Gemma)."""
+
     def __init__(self, cfg: ModelConfig, weight_dtype: torch.dtype | None) -> None:
         super().__init__()
         self.intermediate_size = cfg.intermediate_size
+        if cfg.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"MLP activation {cfg.hidden_act!r} is not supported ({', '.join(ACTIVATIONS)})")
+        self.act = ACTIVATIONS[cfg.hidden_act]
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, weight_dtype)  # gate, up
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, weight_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act(gate) * up)
 
 
 class DecoderLayer(nn.Module):
+    """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)). With sandwich norms (Gemma 2/3) each
+    block's output is normalized too before it joins the residual: post_attention_layernorm then names that
+    norm, and pre_feedforward_layernorm the one before the MLP (Hugging Face's names in both cases)."""
+
     def __init__(self, cfg: ModelConfig, layer_idx: int, weight_dtype: torch.dtype | None) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg, layer_idx, weight_dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg, weight_dtype)
+        self.sandwich = cfg.sandwich_norms
+        if self.sandwich:
+            self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+            self.post_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x, residual, positions, cos_sin, kv: KVContext):
+    def forward(self, x, residual, positions, rope_tables, kv: KVContext):
+        """(block output, residual stream before it); the next norm adds the two (fused)."""
         if residual is None:
             residual = x
             h = self.input_layernorm(x, None, kv.backend)
         else:
             h, residual = self.input_layernorm(x, residual, kv.backend)
-        h = self.self_attn(h, positions, cos_sin, kv)
-        h, residual = self.post_attention_layernorm(h, residual, kv.backend)
-        return self.mlp(h), residual
+        h = self.self_attn(h, positions, rope_tables, kv)
+        if not self.sandwich:
+            h, residual = self.post_attention_layernorm(h, residual, kv.backend)
+            return self.mlp(h), residual
+        h = self.post_attention_layernorm(h, None, kv.backend)
+        h, residual = self.pre_feedforward_layernorm(h, residual, kv.backend)
+        return self.post_feedforward_layernorm(self.mlp(h), None, kv.backend), residual
 
 
 class Transformer(nn.Module):
@@ -157,39 +208,48 @@ class Transformer(nn.Module):
             elif isinstance(module, Linear) and module.bias is not None:
                 module.bias.data = module.bias.data.to(dtype)
         self.tied_head_packed: torch.Tensor | None = None
-        self.cos_sin_cache = torch.empty(0)  # set by build_model: [max_positions, head_dim], fp32
+        self.rope_tables: dict[str, torch.Tensor] = {}  # set by build_model: per layer type, fp32 cos|sin
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVContext) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden]
+        if self.config.embedding_scale != 1.0:  # Gemma: rounded to the activation dtype, as Hugging Face does
+            x = x * torch.tensor(self.config.embedding_scale, dtype=x.dtype)
         residual = None
         for layer in self.layers:
-            x, residual = layer(x, residual, positions, self.cos_sin_cache, kv)
+            x, residual = layer(x, residual, positions, self.rope_tables, kv)
         x, _ = self.norm(x, residual, kv.backend)
         return x
 
     @property
     def device(self) -> torch.device:
-        return self.cos_sin_cache.device
+        return self.norm.weight.device
 
     def weight_bytes(self) -> int:
         """Bytes of weights one forward reads (each projection once, the packed copy where there is one;
         the embedding table is only gathered from, so a tied head counts once as the head)."""
         total = 0
         for module in self.modules():
-            if isinstance(module, Linear):
+            if isinstance(module, (QuantLinear, QuantEmbedding)):  # the tied head reads the table once
+                total += module.nbytes
+            elif isinstance(module, Linear):
                 t = module.packed if module.packed is not None else module.weight
                 total += module.in_features * module.out_features * t.element_size()
             elif isinstance(module, RMSNorm):
                 total += module.weight.numel() * module.weight.element_size()
-        w = self.embed_tokens.weight
-        if self.lm_head is None:
-            total += w.numel() * w.element_size()
+        if self.lm_head is None and isinstance(self.embed_tokens, Embedding):
+            total += self.embed_tokens.weight.numel() * self.embed_tokens.weight.element_size()
         return total
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.lm_head is not None:
-            return self.lm_head(hidden).float()  # [num_rows, vocab]
-        return linear(hidden, self.embed_tokens.weight, None, self.tied_head_packed).float()
+            logits = self.lm_head(hidden).float()  # [num_rows, vocab]
+        elif isinstance(self.embed_tokens, QuantEmbedding):
+            logits = self.embed_tokens.logits(hidden).float()
+        else:
+            logits = linear(hidden, self.embed_tokens.weight, None, self.tied_head_packed).float()
+        if cap := self.config.final_logit_softcapping:  # Gemma 2
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     @torch.no_grad()
     def init_random_weights(self, generator: torch.Generator | None = None) -> None:
@@ -210,57 +270,22 @@ class Transformer(nn.Module):
         for module in self.modules():
             if isinstance(module, Linear):
                 module.prepack()
-        if self.lm_head is None:
+        if self.lm_head is None and isinstance(self.embed_tokens, Embedding):
             self.tied_head_packed = prepack_linear_weight(self.embed_tokens.weight)
-
-    def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Copy Hugging Face-named tensors in, fusing q/k/v and gate/up as they arrive."""
-        own = dict(self.named_parameters())
-        seen: set[str] = set()
-
-        def put(name: str, tensor: torch.Tensor, row_offset: int = 0) -> None:
-            param = own[name]
-            rows = tensor.shape[0]
-            with torch.no_grad():
-                param[row_offset : row_offset + rows].copy_(tensor)
-            seen.add(name)
-
-        cfg = self.config
-        q_size = cfg.num_attention_heads * cfg.head_dim
-        kv_size = cfg.num_key_value_heads * cfg.head_dim
-        fused = {
-            "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", q_size), "v_proj": ("qkv_proj", q_size + kv_size),
-            "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", cfg.intermediate_size),
-        }
-        for hf_name, tensor in state.items():
-            name = hf_name.removeprefix("model.")
-            parts = name.split(".")
-            if len(parts) >= 4 and parts[-2] in fused:
-                target, offset = fused[parts[-2]]
-                put(".".join([*parts[:-2], target, parts[-1]]), tensor, offset)
-            elif name in own:
-                put(name, tensor)
-            elif name.endswith("rotary_emb.inv_freq"):
-                continue
-            else:
-                raise ValueError(f"unexpected tensor {hf_name!r} in checkpoint")
-        missing = set(own) - seen
-        if missing:
-            raise ValueError(f"checkpoint lacks {sorted(missing)[0]!r} (and {len(missing) - 1} more)")
 
 
 def build_model(cfg: ModelConfig, state: Mapping[str, torch.Tensor] | None, dtype=torch.float32, device="cpu",
                 weight_dtype: torch.dtype | None = None) -> Transformer:
     """A model on `device` with activations in `dtype` and weights in `weight_dtype` (default: `dtype`);
-    random init when `state` is None (tests), else loaded from `state` (read one tensor at a time)."""
+    random init when `state` is None (tests), else loaded from `state` (Hugging Face names and values,
+    read one tensor at a time)."""
     with torch.device(device):
         model = Transformer(cfg, dtype, weight_dtype)  # uninitialized storage: the init would be overwritten
     if state is None:
         model.init_random_weights()
     else:
-        model.load_hf_state_dict(state)
-    cos_sin = ops.rope_cos_sin_cache(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta)
-    model.cos_sin_cache = cos_sin.to(device)  # [max_positions, head_dim], fp32 whatever the model dtype
+        load_state(model, state)
+    model.rope_tables = {kind: table.to(device) for kind, table in rope_tables(cfg).items()}
     model.eval().requires_grad_(False)
     model.prepack()  # after this, a packed projection holds no plain weight
     return model

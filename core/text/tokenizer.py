@@ -63,6 +63,13 @@ class Tokenizer:
             template = jinja_path.read_text(encoding="utf-8")
         return cls(HFTokenizer.from_file(str(path)), config, template)
 
+    @classmethod
+    def from_files(cls, files: dict[str, str]) -> "Tokenizer":
+        """The same from the files' text (a GGUF's tokenizer, built in memory: weights/gguf_tokenizer.py)."""
+        config = json.loads(files["tokenizer_config.json"]) if "tokenizer_config.json" in files else {}
+        template = files.get("chat_template.jinja") or pick_template(config.get("chat_template"))
+        return cls(HFTokenizer.from_str(files["tokenizer.json"]), config, template)
+
     def _id_of(self, token: str | None) -> int | None:
         return None if token is None else self._backend.token_to_id(token)
 

@@ -1,5 +1,6 @@
-"""The models the app can switch to: the default model, the models in the cache dir, and the recently used
---model paths (kept, newest first, as a JSON list in the store's app settings by the caller).
+"""The models the app can switch to: the default model, the recently used --model names (kept, newest first, as
+a JSON list in the store's app settings by the caller), the models in the cache dir, then every other model
+`llmchat models` finds (core/weights/inventory.py: the HF cache, Ollama, LM Studio).
 
 The cache dir holds fetched GGUF files in `models/` (`llmchat pull`) and their conversions in `converted/<digest>/`
 (Hugging Face folders, core/weights.py); `converted/sources.json` says which file each came from. A conversion
@@ -20,7 +21,9 @@ RECENT_SETTING = "recent_models"  # the store's app setting that holds the list
 class ModelChoice:
     label: str  # what the picker shows
     model: str | None  # what --model would be (None: the default model)
-    where: str  # "default" | "cache" | "recent"
+    where: str  # "default" | "cache" | "recent" | "huggingface" | "ollama" | "lmstudio"
+    detail: str = ""  # size and memory needed against memory free (tui/actions/model_switch.py)
+    fits: bool = True  # False: it needs more memory than is free
 
 
 def _converted_sources(root: Path) -> dict[str, str]:
@@ -68,13 +71,18 @@ def remember(recent: list[str], model: str) -> list[str]:
     return [model, *[p for p in recent if p != model]][:MAX_RECENT]
 
 
-def model_choices(cache: Path, default_gguf_name: str, recent: list[str]) -> list[ModelChoice]:
-    """The default model, the recently used paths that still exist, then the cache's other models."""
+def model_choices(cache: Path, default_gguf_name: str, recent: list[str],
+                  others: list[tuple[str, str]] = ()) -> list[ModelChoice]:
+    """The default model, the recently used names (paths that still exist), the cache's other models, then
+    `others` ((name, source) of the other stores' models) not listed yet."""
     out = [ModelChoice("SmolLM2-135M-Instruct (the default model)", None, "default")]
     seen = set()
-    for path in recent:
-        if Path(path).expanduser().exists() and path not in seen:
-            out.append(ModelChoice(path, path, "recent"))
-            seen.add(path)
+    for model in recent:
+        is_path = model.startswith(("/", ".", "~")) or Path(model).expanduser().exists()
+        if (Path(model).expanduser().exists() or not is_path) and model not in seen:
+            out.append(ModelChoice(model, model, "recent"))
+            seen.add(model)
     out += [c for c in cached_models(cache, default_gguf_name) if c.model not in seen]
+    seen |= {c.model for c in out}
+    out += [ModelChoice(name, name, source) for name, source in others if name not in seen and name != "default"]
     return out

@@ -64,21 +64,33 @@ def check_config_bounds(values: dict[str, object], where: str) -> None:
 
 
 def expected_tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a Llama/Qwen2 checkpoint with this config must hold (HF names), with its shape."""
+    """Every tensor a checkpoint with this config must hold (Hugging Face names), with its shape."""
     h, f, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
     q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    fused = config.architecture == "Phi3ForCausalLM"  # ships q/k/v and gate/up as one tensor each
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, h)}
     for i in range(config.num_hidden_layers):
         p = f"model.layers.{i}."
         shapes |= {
             p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-            p + "mlp.gate_proj.weight": (f, h), p + "mlp.up_proj.weight": (f, h), p + "mlp.down_proj.weight": (h, f),
+            p + "self_attn.o_proj.weight": (h, q), p + "mlp.down_proj.weight": (h, f),
         }
+        if fused:
+            shapes |= {p + "self_attn.qkv_proj.weight": (q + 2 * kv, h), p + "mlp.gate_up_proj.weight": (2 * f, h)}
+        else:
+            shapes |= {
+                p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+                p + "self_attn.v_proj.weight": (kv, h), p + "mlp.gate_proj.weight": (f, h),
+                p + "mlp.up_proj.weight": (f, h),
+            }
         if config.attention_bias:
             shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                        p + "self_attn.v_proj.bias": (kv,)}
+        if config.qk_norm:
+            shapes |= {p + "self_attn.q_norm.weight": (config.head_dim,),
+                       p + "self_attn.k_norm.weight": (config.head_dim,)}
+        if config.sandwich_norms:
+            shapes |= {p + "pre_feedforward_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)}
     shapes["model.norm.weight"] = (h,)
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (vocab, h)
@@ -105,7 +117,7 @@ def read_config(folder: Path) -> ModelConfig:
         raise ModelLoadError(f"cannot read {folder / 'config.json'} ({e.strerror or e})") from e
     except (ValueError, KeyError, TypeError, AssertionError, ZeroDivisionError) as e:  # bad JSON, field, arch
         raise ModelLoadError(f"cannot use {folder / 'config.json'}: {e}") from e
-    fields = {name: getattr(config, name) for name in ModelConfig.__slots__}  # type: ignore[attr-defined]
+    fields = {name: getattr(config, name) for name in ModelConfig.__dataclass_fields__}
     check_config_bounds(fields, str(folder / "config.json"))
     return config
 

@@ -22,6 +22,7 @@ import platformdirs
 from .checkpoint import check_hf_folder
 from .errors import ModelLoadError  # re-exported: the error callers of resolve_model catch
 from .gguf_convert import convert_gguf
+from .locate import locate_model
 from .cache import (check_entry, file_sha256, fingerprint, sample_sha256, sweep_temps, temp_dir,
                                        write_json_atomic)
 
@@ -105,26 +106,33 @@ def _fetch_default_gguf(dest: Path, progress: Progress) -> None:
 
 
 def pull_default_model(progress: Progress | None = None) -> Path:
-    """What `llmchat pull` runs: make sure the default GGUF is present and converted; return the folder."""
-    return resolve_model(None, progress)
+    """What `llmchat pull` runs: make sure the default GGUF is present (it is read as stored: nothing to convert)."""
+    return default_gguf_path(True, progress)
 
 
 # ------------------------------------------------------------------------------------------------- resolving
 
 
 def resolve_model(model: str | Path | None, progress: Progress | None = None) -> Path:
-    """A Hugging Face-layout folder ready for `load_checkpoint`: None = the default model; GGUF files are converted."""
+    """A Hugging Face-layout folder ready for `load_checkpoint`: None = the default model, else a path or a name
+    (core/weights/names.py); GGUF files are converted (dequantized to fp32: the `float32` weight format's
+    reference path)."""
+    path = find_model(model, progress)
+    return path if path.is_dir() else _converted_folder(path, progress or _quiet)
+
+
+def find_model(model: str | Path | None, progress: Progress | None = None) -> Path:
+    """What the user named, found and checked, unconverted: a GGUF file (None = the default model) or a model
+    folder."""
     progress = progress or _quiet
-    if model is None:
-        return _converted_folder(default_gguf_path(True, progress), progress)
-    path = Path(model).expanduser()
+    path = locate_model(model, progress)  # a name (Hub repo, Ollama, LM Studio, ...) -> its file or folder
     if not path.exists():
         raise ModelLoadError(f"model not found: {path} (pass a .gguf file or a Hugging Face model folder)")
     if path.is_dir():
         check_hf_folder(path)
         return path
     if path.suffix.lower() == ".gguf" or _has_gguf_magic(path):
-        return _converted_folder(path, progress)
+        return path.resolve()
     raise ModelLoadError(f"{path} is neither a .gguf file nor a model folder: pass a .gguf file or a Hugging Face "
                          "folder (config.json, *.safetensors, tokenizer.json, tokenizer_config.json)")
 
@@ -137,28 +145,35 @@ def _has_gguf_magic(path: Path) -> bool:
         raise ModelLoadError(f"cannot read {path} ({e.strerror or e})") from e
 
 
-def _converted_folder(gguf_path: Path, progress: Progress) -> Path:
+def gguf_digest(gguf_path: Path) -> str:
+    """The sha256 of a GGUF file, hashed once and then found through the memo (stat fingerprint + a hash of
+    the file's ends) in <cache>/converted/sources.json."""
     gguf_path = gguf_path.resolve()
     root = cache_dir() / "converted"
-    sweep_temps(root)  # what a kill -9 during an earlier conversion left
     memo = _read_memo(root)
     try:
         key = {"fingerprint": fingerprint(gguf_path), "sample": sample_sha256(gguf_path)}
         entry = memo.get(str(gguf_path))
-        hit = isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and all(
-            entry.get(k) == v for k, v in key.items())
-        digest = entry["sha256"] if hit else file_sha256(gguf_path)  # first sight, or it changed: hash it once
+        if isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and all(
+                entry.get(k) == v for k, v in key.items()):
+            return entry["sha256"]
+        digest = file_sha256(gguf_path)  # first sight, or it changed: hash it once
     except OSError as e:
         raise ModelLoadError(f"cannot read {gguf_path} ({e.strerror or e})") from e
-    out = root / digest[:16]
+    memo[str(gguf_path)] = {**key, "sha256": digest}
+    _write_memo(root, memo)
+    return digest
+
+
+def _converted_folder(gguf_path: Path, progress: Progress) -> Path:
+    root = cache_dir() / "converted"
+    sweep_temps(root)  # what a kill -9 during an earlier conversion left
+    out = root / gguf_digest(gguf_path)[:16]
     if (problem := check_entry(out)) is not None:
         if problem not in ("missing", "incomplete"):
             progress(f"the converted model in {out}: {problem}; converting it again")
         progress(f"converting {gguf_path.name} into {out} (first load only; takes a few seconds)")
         convert_gguf(gguf_path, out)
-    if not hit:
-        memo[str(gguf_path)] = {**key, "sha256": digest}
-        _write_memo(root, memo)
     return out
 
 
@@ -172,6 +187,7 @@ def _read_memo(root: Path) -> dict[str, Any]:
 
 def _write_memo(root: Path, memo: dict[str, Any]) -> None:
     try:
+        root.mkdir(parents=True, exist_ok=True)
         write_json_atomic(root / _HASH_MEMO, memo)
     except OSError:  # a memo is an optimisation: a read-only cache only costs a re-hash next time
         pass

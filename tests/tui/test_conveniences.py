@@ -172,3 +172,20 @@ def test_a_second_app_on_the_same_data_dir_is_told_clearly(tmp_path, engine_fact
     assert run_app(args) == 2
     assert "is in use by another llmchat" in capsys.readouterr().err
     first.store.close()
+
+
+async def test_the_engine_panel_shows_the_compute_team(tmp_path, chatty_model):
+    from llmchat.core.config import EngineConfig
+    from llmchat.core.cpu_threads import plan_threads
+    from llmchat.core.engine.engine import LLMEngine
+    from llmchat.core.backends.service import EngineService
+
+    def factory(progress, sink):
+        return EngineService(LLMEngine(chatty_model, EngineConfig(max_num_seqs=2, kv_cache_bytes=1 << 20,
+                                                                  num_threads=1)), sink)
+
+    app = LlmChatApp(tmp_path / "data", factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.bridge.ready)
+        await wait_for(pilot, lambda: f"threads 1 of {plan_threads().num_cpus} CPUs · fixed" in screen_text(app))
+        await quit_app(pilot)

@@ -151,3 +151,32 @@ def test_the_catalog_lists_the_cache_dirs_models_and_recent_paths(tmp_path):
         (str(cache / "converted" / ("b" * 16)), "cache")]  # a missing recent path is left out, none twice
     assert parse_recent("not json") == [] and parse_recent('["a", 3, ""]') == ["a"]
     assert len(remember([f"p{i}" for i in range(20)], "new")) == 10
+
+
+async def test_the_picker_lists_other_stores_with_memory_needed_and_marks_what_wont_fit(make_app, tmp_path,
+                                                                                         monkeypatch):
+    from model_files import ollama_store, write_tiny_gguf
+
+    from llmchat.core.config import EngineConfig
+
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    ollama_store(tmp_path / "ollama", "tiny", "1b", write_tiny_gguf(tmp_path / "t.gguf", file_type=7))
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.bridge.ready)
+        app.model_factory = lambda model: pytest.fail("nothing is picked here")
+        app.loaded_model = "a model not on the list"  # (the listed loaded model's memory counts as free: none here)
+        for kv_bytes, fits in ((1 << 20, True), (10 ** 15, False)):  # a KV budget no machine has: nothing fits
+            app.engine_config = EngineConfig(kv_cache_bytes=kv_bytes)
+            await app.run_action("switch_model")
+            await wait_for(pilot, lambda: isinstance(app.screen, ModelPickerScreen))
+            tiny = next(c for c in app.screen.choices if c.model == "ollama:tiny:1b")
+            assert tiny.where == "ollama" and tiny.fits is fits
+            assert tiny.detail.startswith("Q8_0 · ") and " free" in tiny.detail
+            assert ("won't fit" in tiny.detail) is not fits
+            await wait_for(pilot, lambda: "ollama:tiny:1b" in screen_text(app))
+            assert ("won't fit" in screen_text(app)) is not fits
+            await press(pilot, "escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, ModelPickerScreen))
+        await quit_app(pilot)

@@ -76,6 +76,7 @@ _VOLATILE = [  # figures that depend on the machine's speed or the clock, not on
     (re.compile(r"[▁▂▃▄▅▆▇█]{2,}"), "‹sparkline›"),
     (re.compile(r"\b[0-9a-f]{16}\b"), "‹model›"),
     (re.compile(r"hit rate \d+%"), "hit rate ‹n›%"),
+    (re.compile(r"threads \d+ of \d+ CPUs · (auto|others busy)"), "threads ‹n› of ‹n› CPUs · auto"),  # the load
     (re.compile(r" {2,}"), "  "),  # a shorter or longer figure shifts what follows it
 ]
 

@@ -51,7 +51,8 @@ def run_ask(args: argparse.Namespace) -> int:
         stream = ask_stream(question, params, system=args.system, model=args.model, device=args.device,
                             progress=progress, weight_dtype=getattr(args, "weights", None),
                             kv_disk_bytes=config.kv_disk_bytes, num_speculative_tokens=config.num_speculative_tokens,
-                            draft_model=config.draft_model)
+                            draft_model=config.draft_model, num_threads=config.num_threads)
+    model_line = None if getattr(args, "backend", None) else stream.model_line
     out = RawStream() if getattr(args, "raw", False) and not sys.stdout.isatty() else SafeTextStream()
     try:
         for delta in stream:
@@ -62,12 +63,16 @@ def run_ask(args: argparse.Namespace) -> int:
         sys.stdout.flush()
     if args.stats:
         m = stream.metrics
+        if model_line:
+            print(f"model {model_line}", file=sys.stderr)
         print(
             f"prompt {m.num_prompt_tokens} tokens ({m.num_memory_tokens} cached in memory, {m.num_disk_tokens} "
             f"from disk, {m.num_prefilled_tokens} computed), output {m.num_output_tokens} tokens; "
             f"TTFT {m.ttft * 1000:.0f} ms, TPOT {m.tpot * 1000:.1f} ms (load {m.load_seconds:.2f} s)",
             file=sys.stderr,
         )
+        if not getattr(args, "backend", None):  # the embedded engine's compute team (a server keeps its own)
+            print(stream.threads_text(), file=sys.stderr)
         if m.num_draft_tokens:
             from ..text.format import speculation
 

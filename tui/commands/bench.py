@@ -13,6 +13,10 @@ def run_bench(args: argparse.Namespace) -> int:
         return kernels_bench([] if not args.json else ["--json", args.json]) or 0
     if "serve" in args.scenarios:
         return run_serve_bench(args)
+    if "shared-cpu" in args.scenarios:
+        from .bench_shared_cpu import run_shared_cpu_bench
+
+        return run_shared_cpu_bench(args)
     from ...core.bench.bench import FULL, QUICK, SCENARIOS, Bench
     from ...core.model.loader import load_model_for
 

@@ -11,6 +11,10 @@ from importlib.metadata import PackageNotFoundError, version
 from ...core.config import DEFAULT_KV_DISK_GB, DEFAULT_MODEL_LABEL
 
 EXIT_USAGE = 2
+MODEL_HELP = ("the model, without --backend: a .gguf file or Hugging Face folder, org/repo[:QUANT] from the Hugging "
+              "Face Hub (fetched into its cache on first use), ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO[:QUANT], "
+              f"or a name `llmchat models` lists (default: {DEFAULT_MODEL_LABEL}); with --backend, the server's "
+              "model name")
 
 
 def package_version() -> str:
@@ -27,9 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"llmchat {package_version()}")
     model_args = argparse.ArgumentParser(add_help=False)
-    model_args.add_argument(
-        "--model", help=f"a .gguf file or a Hugging Face model folder (default: {DEFAULT_MODEL_LABEL})"
-    )
+    model_args.add_argument("-m", "--model", metavar="NAME", help=MODEL_HELP)
     model_args.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
     model_args.add_argument(
         "--kv-cache-gb", type=float, default=None, help="KV cache budget in GB (default: 1 on CPU, 8 on CUDA)"
@@ -56,7 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"budget of the prefix cache's disk tier in GB (default {DEFAULT_KV_DISK_GB:g}; LRU-evicted)",
     )
     model_args.add_argument("--no-kv-disk", action="store_true", help="turn off the prefix cache's disk tier")
-    parser.add_argument("--model", help=argparse.SUPPRESS)
+    model_args.add_argument(
+        "--threads", type=int, default=None, metavar="N",
+        help="compute threads (default: auto, the CPUs this process may use, fewer while other programs are busy)",
+    )
+    parser.add_argument("-m", "--model", metavar="NAME", help=MODEL_HELP)
     parser.add_argument("--device", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--kv-cache-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-prefix-cache", action="store_true", help=argparse.SUPPRESS)
@@ -65,14 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-speculative", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kv-disk-gb", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--no-kv-disk", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--data-dir", help="where chats are stored (default: the user data dir)")
+    parser.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--data-dir", help="where chats are stored (default: $LLMCHAT_DATA_DIR, else the user data dir)")
     add_remote_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser("ask", parents=[model_args], help="ask one question; the reply streams to stdout")
     add_remote_args(ask)
     ask.add_argument("question", help="the question, or - to read it from stdin")
-    ask.add_argument("--system", help="system prompt (default: the model's own)")
+    ask.add_argument("-s", "--system", help="system prompt (default: the model's own)")
     ask.add_argument("--temperature", type=float, default=None, help="0 = greedy (default 0.7)")
     ask.add_argument("--top-p", type=float, default=None, help="(default 1.0)")
     ask.add_argument("--top-k", type=int, default=None, help="(default 0: off)")
@@ -90,7 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
     serve.add_argument("--max-pending", type=int, default=512, help="requests in flight before 429 (default 512)")
 
-    sub.add_parser("pull", help="fetch and convert the default model now (it is fetched on first use otherwise)")
+    pull = sub.add_parser("pull", help="download a model by name (default: the default model, and build the CPU "
+                          "kernels now, else done on first use)")
+    pull.add_argument("name", nargs="?", metavar="NAME", help="org/repo[:QUANT] from the Hugging Face Hub (into the "
+                      "shared HF cache; HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE apply); ollama:/lmstudio: names are "
+                      "only looked up, never copied")
+    models = sub.add_parser("models", help="every model found: llmchat's cache, the HF cache, Ollama, LM Studio")
+    models.add_argument("--json", action="store_true", help="one JSON object (models, problems, places looked in)")
+    rm = sub.add_parser("rm", help="remove a model llmchat downloaded and its disk-tier KV (never another app's)")
+    rm.add_argument("name", metavar="NAME", help="a name `llmchat models` lists")
 
     export = sub.add_parser("export", help="write a chat as Markdown or JSON (without CHAT_ID: list the chats)")
     export.add_argument("chat_id", nargs="?", type=int, metavar="CHAT_ID", help="the chat's id (shown as #ID in the app)")
@@ -109,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", parents=[model_args], help="measure TTFT, TPOT and throughput; print a table")
     bench.add_argument("scenarios", nargs="*", help="prefill decode chat concurrent switch (default: all); "
-                       "serve: concurrent streaming clients against llmchat serve (or --url), on its own")
+                       "serve: concurrent streaming clients against llmchat serve (or --url), on its own; "
+                       "shared-cpu: TPOT quiet and beside a busy process it starts (ask and app set-ups), on its own")
     bench.add_argument("--url", help="with serve: measure this OpenAI-compatible server instead of starting one")
     bench.add_argument("--quick", action="store_true", help="a tiny version (for CI)")
     bench.add_argument("--repeats", type=int, default=None, help="runs per measurement (medians are reported)")
@@ -119,9 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_remote_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", metavar="URL", help="chat through an OpenAI-compatible server (vLLM, SGLang, "
-                        "llama-server, Ollama, llmchat serve) instead of the embedded engine; --model then names the "
-                        "server's model (default: the first it lists)")
+    parser.add_argument("--backend", metavar="URL", nargs="?", const="openai",
+                        help="chat through an OpenAI-compatible server (vLLM, SGLang, llama-server, Ollama, llmchat "
+                        "serve) instead of the embedded engine; `openai` (or no value) is $OPENAI_BASE_URL, `ollama` "
+                        "Ollama's address ($OLLAMA_HOST); --model then names the server's model (default: the first "
+                        "it lists), not a local file")
     parser.add_argument("--api-key", default=None, help="the server's API key (default: $OPENAI_API_KEY if set)")
 
 
@@ -134,6 +152,10 @@ def engine_config(args: argparse.Namespace, **overrides):
         raise ValueError("--kv-cache-gb must be positive")
     overrides.setdefault("num_speculative_tokens", num_speculative_tokens(args))
     overrides.setdefault("kv_disk_bytes", kv_disk_bytes(args))
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {threads}")
+    overrides.setdefault("num_threads", threads)
     return EngineConfig(
         model=getattr(args, "model", None),
         draft_model=getattr(args, "draft_model", None),
@@ -170,8 +192,15 @@ def kv_disk_bytes(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ...core.openmp_env import prepare_openmp, setup_of
+
     args = build_parser().parse_args(argv)
+    prepare_openmp(setup_of(args.command))  # OpenMP's spin time: read once, when torch loads, so before that
     try:
+        if getattr(args, "backend", None) is not None:
+            from .backend_arg import backend_url
+
+            args.backend = backend_url(args.backend)
         if args.command == "config":
             from .config import run_config
 
@@ -192,12 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import run_bench
 
             return run_bench(args)
-        if args.command == "pull":
-            from ...core.weights.resolve import pull_default_model
+        if args.command in ("pull", "models", "rm"):
+            from . import models
 
-            folder = pull_default_model(progress=lambda line: print(line, file=sys.stderr))
-            print(f"default model ready in {folder}")
-            return 0
+            return {"pull": models.run_pull, "models": models.run_models, "rm": models.run_rm}[args.command](args)
         if args.command == "cache":
             from .cache import run_cache
 

@@ -16,10 +16,11 @@ from ...core.user_config import KEYS, UserConfig, config_path, load_or_default, 
 
 # The built-in defaults of the sampling flags (`ask`; the app's new chats take them all: see chat_defaults).
 SAMPLING_DEFAULTS = {k: getattr(DEFAULT_SAMPLING, k) for k in ("temperature", "top_p", "top_k", "max_tokens", "seed")}
-_ENGINE_KEYS = ("model", "device", "kv_cache_gb", "kv_disk_gb")
+_ENGINE_KEYS = ("model", "device", "kv_cache_gb", "kv_disk_gb", "threads")
 # How a default that is not one value reads (the engine picks it).
 _DEFAULT_TEXT = {"model": DEFAULT_MODEL_LABEL, "device": "cpu", "kv_cache_gb": "1 on CPU, 8 on CUDA",
-                 "kv_disk_gb": DEFAULT_KV_DISK_GB, "kv_disk": True, "theme": "the last one used"}
+                 "kv_disk_gb": DEFAULT_KV_DISK_GB, "kv_disk": True,
+                 "threads": "auto: the CPUs this process may use", "theme": "the last one used"}
 
 
 def resolve(args: argparse.Namespace, config: UserConfig) -> dict[str, tuple[object, str]]:

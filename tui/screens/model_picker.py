@@ -1,4 +1,5 @@
-"""Pick the model to switch to: the default model, recently used --model paths, the cache dir's models."""
+"""Pick the model to switch to: the default model, recently used --model names, the cache dir's models and the
+other stores' (HF cache, Ollama, LM Studio), each with its size and memory needed against free; "won't fit" marked."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -12,7 +13,8 @@ from textual.widgets.option_list import Option
 from ...core.weights.catalog import ModelChoice
 from ...core.text.sanitize import safe_text
 
-_WHERE = {"default": "default", "recent": "used before", "cache": "in the cache dir"}
+_WHERE = {"default": "default", "recent": "used before", "cache": "in the cache dir", "llmchat": "llmchat's cache",
+          "huggingface": "HF cache", "ollama": "Ollama", "lmstudio": "LM Studio"}
 
 
 class ModelPickerScreen(ModalScreen[ModelChoice | None]):
@@ -29,7 +31,9 @@ class ModelPickerScreen(ModalScreen[ModelChoice | None]):
             options = []
             for i, c in enumerate(self.choices):
                 now = " · loaded now" if c.model == self.loaded else ""
-                options.append(Option(Content(f"{safe_text(c.label)}  ({_WHERE[c.where]}{now})"), id=str(i)))
+                detail = f"  {safe_text(c.detail)}" if c.detail else ""
+                text = Content(f"{safe_text(c.label)}  ({_WHERE.get(c.where, c.where)}{now}){detail}")
+                options.append(Option(text if c.fits else text.stylize("dim"), id=str(i)))
             yield OptionList(*options, id="models")
             yield Static(Content("Enter loads it (the current model is unloaded first) · Esc cancels. Chats keep "
                                  "their token ids; a chat of another model is marked, and its next turn is "

@@ -50,6 +50,17 @@ def rate(x: float | None, unit: str) -> str:
     return f"{x:.1f} {unit}" if x < 100 else f"{x:.0f} {unit}"
 
 
+def threads(stats) -> str:
+    """The engine's compute team from EngineStats: 'threads 2 of 2 CPUs · auto', '... · others busy' while
+    other programs keep CPUs busy (auto gave up threads), '... · fixed' when --threads or the config set it."""
+    if stats.num_threads is None:
+        return "threads not reported"
+    text = f"threads {stats.num_threads} of {count(stats.num_cpus)} CPUs · "
+    if not stats.threads_adaptive:
+        return text + "fixed"
+    return text + ("others busy" if stats.num_threads < (stats.num_cpus or 0) else "auto")
+
+
 def percent(x: float | None) -> str:
     return DASH if _missing(x) else f"{x * 100:.0f}%"
 

@@ -131,6 +131,7 @@ class DecodePanel(Panel):
         yield Static(id="decode-rate", classes="figure")
         yield Static(id="requests", classes="note")
         yield Static(id="hit-rate", classes="note")
+        yield Static(id="threads", classes="note")
         yield Static(Content(NOTES["decode"]), classes="note")
         yield self.compose_explain()
 
@@ -150,6 +151,7 @@ class DecodePanel(Panel):
         rate = stats.prefix_cache_hit_rate
         shown = fmt.percent(rate) if rate == rate else "not reported"  # NaN: a server that does not say
         line(self.query_one("#hit-rate", Static), f"prefix cache hit rate {shown}")
+        line(self.query_one("#threads", Static), fmt.threads(stats))
 
 
 class KVPanel(Panel):

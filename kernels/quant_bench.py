@@ -1,0 +1,121 @@
+"""Time the quantized CPU linear on a GGUF file's own weights, against today's fp32 path (oneDNN-prepacked).
+
+    python -m llmchat.kernels.quant_bench FILE.gguf [--rows 1,4,16] [--iters 15] [--json PATH]
+
+Every quantized 2-D tensor of the file is one linear (for the default model: 210 projections, and the tied
+Q8_0 embedding as the output head, timed apart). Per row count, one pass runs every linear once; the paths are
+interleaved pass by pass and the median pass is reported, with the weight bytes each path reads and the
+bandwidth that implies. Paths: `fp32-packed` (kernels/linear.py, the weights dequantized at load), `int8-dot`
+(the C++ kernel on the quantized bytes), `dequant-gemm` (dequantize in C++ into one scratch buffer, then a oneDNN GEMM: the many-rows path).
+Run it alone on the machine (`flock -x`), and compare ratios from one run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from .linear import linear, prepack_linear_weight
+from .quant_blocks import BLOCK_LAYOUTS, QuantWeight, dequantize_ref
+from .quant_cpu_build import load_cpu_kernels
+from .quant_linear import gemm, qtype_number
+
+
+@dataclass(slots=True)
+class Row:
+    group: str  # "layers" or "head"
+    rows: int
+    path: str
+    ms: float
+    weight_mb: float
+    gb_per_s: float
+
+
+def read_weights(path: Path) -> tuple[list[QuantWeight], QuantWeight | None]:
+    """The file's quantized 2-D tensors as stored: (the layers' linears, the output head or tied embedding)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    layers, head = [], None
+    for t in reader.tensors:
+        if t.tensor_type.name not in BLOCK_LAYOUTS or len(t.shape) != 2:
+            continue
+        out_features, in_features = int(t.shape[1]), int(t.shape[0])
+        w = QuantWeight(t.tensor_type.name, torch.from_numpy(t.data.copy()), out_features, in_features)
+        if t.name in ("output.weight", "token_embd.weight"):
+            head = w if head is None or t.name == "output.weight" else head
+        else:
+            layers.append(w)
+    return layers, head
+
+
+def _pass_fns(weights: list[QuantWeight], rows: int, ext) -> dict[str, tuple[object, float]]:
+    x = {w.in_features: torch.randn(rows, w.in_features) for w in weights}
+    packed = [prepack_linear_weight(dequantize_ref(w)) for w in weights]
+    plain = [dequantize_ref(w) if p is None else None for w, p in zip(weights, packed)]
+    fp32_bytes = sum(4 * w.out_features * w.in_features for w in weights)
+    q_bytes = sum(w.nbytes for w in weights)
+    scratch = torch.empty(max(w.out_features * w.in_features for w in weights))  # one dequantized weight
+    fns = {
+        "fp32-packed": (lambda: [linear(x[w.in_features], pw, None, p)
+                                 for w, p, pw in zip(weights, packed, plain)], fp32_bytes),
+        "int8-dot": (lambda: [ext.quant_linear(x[w.in_features], w.data, qtype_number(w.qtype), w.out_features,
+                                               w.in_features) for w in weights], q_bytes),
+        "dequant-gemm": (lambda: [gemm(x[w.in_features], ext.dequantize(w.data, qtype_number(w.qtype),
+                                                                            w.out_features, w.in_features,
+                                                                            None, scratch))
+                                  for w in weights], q_bytes),
+    }
+    return fns
+
+
+def bench(path: Path, row_counts: list[int], iters: int, build_dir: str) -> list[Row]:
+    kernels = load_cpu_kernels(build_dir)
+    if kernels.module is None:
+        raise SystemExit(kernels.note)
+    print(kernels.note, f"| torch threads {torch.get_num_threads()}")
+    layers, head = read_weights(path)
+    groups = {"layers": layers, **({"head": [head]} if head is not None else {})}
+    out = []
+    for group, weights in groups.items():
+        for rows in row_counts:
+            fns = _pass_fns(weights, rows, kernels.module)
+            samples: dict[str, list[float]] = {name: [] for name in fns}
+            for i in range(iters + 2):
+                for name, (fn, _) in fns.items():
+                    t0 = time.perf_counter()
+                    fn()
+                    if i >= 2:  # two warm-up passes
+                        samples[name].append((time.perf_counter() - t0) * 1e3)
+            for name, (_, num_bytes) in fns.items():
+                ms = statistics.median(samples[name])
+                out.append(Row(group, rows, name, round(ms, 3), round(num_bytes / 1e6, 1),
+                               round(num_bytes / (ms * 1e6), 1)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import platformdirs
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("gguf", type=Path)
+    parser.add_argument("--rows", default="1,4,16")
+    parser.add_argument("--iters", type=int, default=15)
+    parser.add_argument("--build-dir", default=str(Path(platformdirs.user_cache_dir("llmchat")) / "kernels"))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    rows = bench(args.gguf, [int(r) for r in args.rows.split(",")], args.iters, args.build_dir)
+    print(f"{'group':7} {'rows':>4} {'path':13} {'ms':>9} {'weight MB':>10} {'GB/s':>7}")
+    for r in rows:
+        print(f"{r.group:7} {r.rows:>4} {r.path:13} {r.ms:>9.2f} {r.weight_mb:>10.1f} {r.gb_per_s:>7.1f}")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""y = x @ W.T for a weight kept in its GGUF block format (quant_blocks.QuantWeight), on the CPU.
+
+Fast path (C++, csrc/quant_linear.cpp, loaded by quant_cpu_build): llama.cpp's scheme. Each activation row is
+quantized to int8 per 32 values (d = max|x| / 127, q = round(x / d)); every 32-weight group is an integer dot
+product of the quantized bytes with those int8 values, scaled in fp32. It reads only the quantized bytes, once
+per call, for any number of rows (the C++ loop keeps one weight row in L1 while it serves up to 4 rows at a time).
+For many rows (prefill) the weight is instead dequantized to fp32 and multiplied with `F.linear` (a GEMM), from
+`GEMM_MIN_ROWS` rows on: there the GEMM's arithmetic, not the weight bytes, sets the time.
+
+Numerics: the int8 activations are the one rounding beyond fp32 (`quantize_activations_ref` is that rounding in
+torch); the GEMM path is fp32 throughout. The reference, `quant_linear_ref`, dequantizes and multiplies.
+"""
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+import torch
+from torch.nn import functional as F
+
+from .linear import onednn_linear_available
+from .quant_blocks import QuantWeight, dequantize_blocks_ref, dequantize_ref
+
+# From this many rows on, dequantize + GEMM beats the integer dots. The default model's 210 projections
+# (kernels/quant_bench.py, AVX-512 VNNI EPYC, 2 threads, ms): int8-dot / dequant-gemm / fp32-packed
+#   1 row 3.9 / 17.0 / 25.6; 4 rows 7.6 / 31.4 / 23.1; 32 rows 46.0 / 53.2 / 50.5; 64 rows 94.6 / 97.1 / 82.6;
+#   128 rows 192 / 167 / 148; 512 rows 779 / 555 / 538.
+GEMM_MIN_ROWS = 64
+GEMM_TILE_ELEMENTS = 1 << 22  # the many-rows path dequantizes at most this many weights (16 MB fp32) at a time
+
+
+@functools.cache
+def qtype_number(qtype: str) -> int:
+    """ggml's number for a block type name (the C++ kernels switch on it)."""
+    from gguf import GGMLQuantizationType
+
+    return int(GGMLQuantizationType[qtype])
+
+
+def quant_linear(x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType | None,
+                 scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """x `[num_rows, in_features]` -> `[num_rows, out_features]` in x's dtype. `cpu_kernels` is the module from
+    quant_cpu_build.load_cpu_kernels (None: the torch path, which dequantizes the weight on every call).
+    `scratch`, a contiguous fp32 buffer, holds the dequantized weight on the many-rows path, as many rows at a
+    time as fit (the caller keeps one for all its linears, sized by `scratch_elements`; without it each call
+    allocates one)."""
+    if cpu_kernels is None or x.device.type != "cpu":
+        return quant_linear_ref(x, weight)
+    qtype = qtype_number(weight.qtype)
+    xf = x.float()
+    if x.shape[0] >= GEMM_MIN_ROWS:
+        y = _dequantize_gemm(xf, weight, qtype, cpu_kernels, scratch)
+    else:
+        y = cpu_kernels.quant_linear(xf, weight.data, qtype, weight.out_features, weight.in_features)
+    return y.to(x.dtype)
+
+
+def _dequantize_gemm(x: torch.Tensor, weight: QuantWeight, qtype: int, cpu_kernels: ModuleType,
+                     scratch: torch.Tensor | None) -> torch.Tensor:
+    """x @ W.T with W dequantized into `scratch` a tile of rows at a time (at most GEMM_TILE_ELEMENTS)."""
+    n, k = weight.out_features, weight.in_features
+    if scratch is None:
+        scratch = torch.empty(min(n * k, GEMM_TILE_ELEMENTS))
+    tile_rows = max(1, min(n, scratch.numel() // k))
+    if scratch.numel() < k:
+        scratch = torch.empty(k)
+    if tile_rows == n:
+        return gemm(x, cpu_kernels.dequantize(weight.data, qtype, n, k, None, scratch))
+    y = torch.empty(x.shape[0], n)  # [num_rows, out_features]
+    for n0 in range(0, n, tile_rows):
+        n1 = min(n, n0 + tile_rows)
+        y[:, n0:n1] = gemm(x, cpu_kernels.dequantize(weight.data[n0:n1], qtype, n1 - n0, k, None, scratch))
+    return y
+
+
+def scratch_elements(weights: list[QuantWeight]) -> int:
+    """The scratch size that lets the many-rows path dequantize any of `weights` whole, up to the tile cap."""
+    return max([min(w.out_features * w.in_features, GEMM_TILE_ELEMENTS) for w in weights] + [0])
+
+
+def gemm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x @ w.T in fp32 for many rows: oneDNN on the plain weight where torch has it (on an AVX-512 EPYC, 2
+    threads, within 5% of its prepacked weight and ~20% faster than `F.linear`'s sgemm at 64-256 rows)."""
+    if onednn_linear_available():
+        return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+    return F.linear(x, w)
+
+
+def dequantize_rows(weight: QuantWeight, row_ids: torch.Tensor, cpu_kernels: ModuleType | None) -> torch.Tensor:
+    """Rows `row_ids` of the weight as fp32 `[num_ids, in_features]` (an embedding lookup)."""
+    if cpu_kernels is None or weight.data.device.type != "cpu":
+        return dequantize_blocks_ref(weight.qtype, weight.data[row_ids.long()])
+    return cpu_kernels.dequantize(weight.data, qtype_number(weight.qtype), weight.out_features,
+                                  weight.in_features, row_ids)
+
+
+def quantize_activations_ref(x: torch.Tensor) -> torch.Tensor:
+    """x fp32 `[num_rows, in_features]` rounded the way the fast path sees it: int8 per 32-block, scale
+    max|x| / 127, returned dequantized (fp32, same shape)."""
+    blocks = x.float().reshape(x.shape[0], -1, 32)
+    scale = blocks.abs().amax(dim=-1, keepdim=True) / 127.0
+    inv = torch.where(scale != 0, 1.0 / scale, torch.zeros_like(scale))
+    return (torch.round(blocks * inv) * scale).reshape(x.shape)
+
+
+def quant_linear_ref(x: torch.Tensor, weight: QuantWeight) -> torch.Tensor:
+    """The plain reference: dequantize the weight, then `F.linear` in fp32; returns x's dtype."""
+    return F.linear(x.float(), dequantize_ref(weight).to(x.device)).to(x.dtype)
