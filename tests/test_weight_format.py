@@ -108,7 +108,7 @@ def gguf_gate_figures(reference, candidate) -> dict:
     params = SamplingParams(temperature=0, max_tokens=GGUF_REPLY_TOKENS, ignore_eos=True)
     partings = []
     for prompt in GATE_PROMPTS:
-        prompt_ids = reference.tokenizer.encode_chat([{"role": "user", "content": prompt}])
+        prompt_ids = prompt_ids_for(reference.tokenizer, [{"role": "user", "content": prompt}])
         want = list(generate_dense(reference.model, prompt_ids, params))
         got = list(generate_dense(candidate.model, prompt_ids, params))
         if want != got:

@@ -27,11 +27,10 @@ from .actions.model_switch import remember_model
 from .actions.turn_views import TurnViews
 from .messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks)
-from .screens.chat import BannerView, ChatScreen
+from .screens.chat import ChatScreen
 from .session import ChatSession
 from .turns import TurnManager
 from .widgets.chat_list import ChatList
-from .widgets.prompt_input import PromptInput
 
 if TYPE_CHECKING:
     from ..core.config import EngineConfig
@@ -239,27 +238,10 @@ class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
             self.show_engine_panels()
 
     # -- UI events --------------------------------------------------------------------------
-    async def on_prompt_input_submitted(self, msg: PromptInput.Submitted) -> None:
-        session = self.current
-        if session is None:
-            return
-        why_not = self.turns.why_not_send(session)
-        if why_not is not None:
-            self.notify(why_not, severity="warning")
-            return
-        self.chat_screen.prompt.clear_message()  # a refusal puts it back
-        if not self.turns.send(session, msg.text):
-            self.chat_screen.prompt.set_message(msg.text)
-
     async def on_list_view_selected(self, msg: ChatList.Selected) -> None:
         item = msg.item
         if item is not None and hasattr(item, "session"):
             await self.open_chat(item.session.chat_id)
-
-    def on_banner_view_dismissed(self, msg: BannerView.Dismissed) -> None:
-        if self.current is not None:
-            self.current.banner = None
-        self.chat_screen.show_banner(None)
 
     # -- chats ------------------------------------------------------------------------------
     async def open_chat(self, chat_id: int) -> None:

@@ -1,15 +1,37 @@
-"""What the screen does when a turn starts, finishes, is refused or cannot be saved (the messages TurnManager
-posts). A mixin of LlmChatApp, like the other actions: it uses the app's screen, sessions and drafts."""
+"""A turn on screen: Enter sends it, and what the screen does when it starts, finishes, is refused or cannot be
+saved (the messages TurnManager posts). A mixin of LlmChatApp, like the other actions."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ..messages import SaveFailed, TurnFinished, TurnRefused, TurnStarted
 from ..text.format import merged_draft
 from .mixin import AppMixin
 
+if TYPE_CHECKING:
+    from ..screens.chat import BannerView
+    from ..widgets.prompt_input import PromptInput
+
 
 class TurnViews(AppMixin):
+    async def on_prompt_input_submitted(self, msg: PromptInput.Submitted) -> None:
+        session = self.current
+        if session is None:
+            return
+        why_not = self.turns.why_not_send(session)
+        if why_not is not None:
+            self.notify(why_not, severity="warning")
+            return
+        self.chat_screen.prompt.clear_message()  # a refusal puts it back
+        if not self.turns.send(session, msg.text):
+            self.chat_screen.prompt.set_message(msg.text)
+
+    def on_banner_view_dismissed(self, msg: BannerView.Dismissed) -> None:
+        if self.current is not None:
+            self.current.banner = None
+        self.chat_screen.show_banner(None)
+
     async def on_turn_started(self, msg: TurnStarted) -> None:
         if not self.ui_alive:
             return
