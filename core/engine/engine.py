@@ -4,12 +4,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections import OrderedDict
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager
 from .cache_explainer import PromptContext
+from .chains import ConversationChains
 from ..config import EngineConfig
 from ..cpu_load import ThreadGovernor
 from ..cpu_threads import plan_threads
@@ -78,11 +78,9 @@ class LLMEngine:
         self._streams: dict[int, _Stream] = {}
         self._pending: list[EngineEvent] = []
         self._tags: dict[int, Hashable] = {}  # request id -> the conversation it answers (if the client said)
-        self._chains: OrderedDict[Hashable, list[bytes]] = OrderedDict()  # tag -> block hashes of its last request
+        self.chains = ConversationChains(self.block_manager, lambda: self.kv_disk)  # tag -> its last request's hashes
         self.reuse = ReuseMemory(self.block_manager, lambda token_id: self.tokenizer.decode([token_id]),
                                  lambda: self.kv_disk)
-
-    MAX_REMEMBERED_CHAINS = 256
 
     # -- requests ---------------------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None,
@@ -215,7 +213,7 @@ class LLMEngine:
         tag = self._tags.pop(seq.request_id, None)
         self.reuse.remember(seq)
         if tag is not None:
-            self._remember_chain(tag, seq.block_hashes)
+            self.chains.remember(tag, seq.block_hashes)
         events: list[EngineEvent] = []
         if not stream.stop.stopped:
             tail, stopped = stream.stop.feed(stream.detok.flush())
@@ -283,41 +281,16 @@ class LLMEngine:
             seq.num_preemptions,
         )
 
+    # -- where each conversation's prefix lives (core/engine/chains.py) ------------------------------
     def residency(self) -> dict[Hashable, tuple[int, ...]]:
-        """Per tag: the blocks still holding its last request's cached prefix, plus the block table of its
-        request in flight. From the hash chains the engine kept; nothing is re-hashed."""
-        blocks = {tag: set(self.block_manager.resident_chain(chain)) for tag, chain in self._chains.items()}
-        for request_id, tag in self._tags.items():
-            seq = self._seqs.get(request_id)
-            if seq is not None:
-                blocks.setdefault(tag, set()).update(seq.block_table)
-        return {tag: tuple(sorted(ids)) for tag, ids in blocks.items() if ids}
+        in_flight = [(tag, seq.block_table) for rid, tag in self._tags.items() if (seq := self._seqs.get(rid))]
+        return self.chains.residency(in_flight)
 
     def prefix_tiers(self) -> dict[Hashable, PrefixTiers]:
-        """Per tag: how many full blocks its last request's prefix has, how many of them are resident in the
-        paged cache, and how many more are only in the disk tier (the rest would be recomputed)."""
-        tiers = {}
-        for tag, chain in self._chains.items():
-            num_resident = len(self.block_manager.resident_chain(chain))
-            rest = chain[num_resident:]
-            num_disk = self.kv_disk.count_on_disk(rest) if self.kv_disk is not None else 0
-            tiers[tag] = PrefixTiers(len(chain), num_resident, num_disk)
-        return tiers
+        return self.chains.prefix_tiers()
 
     def adopt_chain(self, tag: Hashable, token_ids: list[int]) -> None:
-        """Remember the hash chain of a conversation this engine has not answered yet (a chat from before a
-        restart), so prefix_tiers() can say where its prefix is."""
-        if tag in self._chains or not self.block_manager.enable_prefix_caching:
-            return
-        probe = Sequence(-1, list(token_ids), len(token_ids), SamplingParams())
-        self.block_manager.update_block_hashes(probe)
-        self._remember_chain(tag, probe.block_hashes)
-
-    def _remember_chain(self, tag: Hashable, chain: list[bytes]) -> None:
-        self._chains[tag] = list(chain)
-        self._chains.move_to_end(tag)
-        while len(self._chains) > self.MAX_REMEMBERED_CHAINS:
-            self._chains.popitem(last=False)
+        self.chains.adopt(tag, token_ids)
 
     def close(self) -> None:
         """Finish the disk tier's writes (a one-shot command calls this before it exits)."""
