@@ -70,7 +70,7 @@ class EngineService:
         self.sink = sink
         loaded, config = engine.loaded, engine.config
         self._info = BackendInfo(model_name or loaded.folder.name, engine.max_context, config.device,
-                                 str(loaded.model.embed_tokens.weight.dtype).removeprefix("torch."), engine.kv_cache.bytes_per_token,
+                                 loaded.weight_dtype, engine.kv_cache.bytes_per_token,
                                  loaded.load_seconds, model_identity(loaded))
         self._inbox: queue.Queue[tuple] = queue.Queue()
         self._ids = itertools.count(1)
