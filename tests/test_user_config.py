@@ -82,6 +82,7 @@ def test_a_malformed_file_is_one_line_naming_the_line_and_key(tmp_path, text, ex
 
 class FakeStream:
     metrics = None
+    model_line = ""  # what an AskStream says it loaded
 
     def __iter__(self):
         yield "ok"

@@ -105,6 +105,7 @@ def assert_snapshot(app: App, name: str) -> str:
 async def one_turn(pilot, text: str, settings, repaint: float = 0.0) -> None:
     """Send text in the current chat with these settings and wait until the reply has finished."""
     app = pilot.app
+    await wait_for(pilot, lambda: app.bridge.ready)  # (while the model loads, Enter keeps the text in the box)
     chat = app.current
     app.store.update_settings(chat.chat_id, settings)
     chat.conversation.settings = settings
