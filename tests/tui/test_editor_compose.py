@@ -81,6 +81,7 @@ async def test_without_an_editor_or_a_terminal_the_draft_stays(make_app, monkeyp
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.current is not None)
         prompt = app.chat_screen.prompt
+        await wait_for(pilot, lambda: app.focused is prompt)  # Ctrl+E is the prompt's key: it must have focus
         prompt.load_text("keep me")
         await press(pilot, "ctrl+e")
         # (wait for that notification: others, such as "ready", may come first on a loaded machine)

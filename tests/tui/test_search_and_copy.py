@@ -99,7 +99,7 @@ async def test_a_code_block_copies_its_exact_text(tmp_path):
         assert "␛[31mred" in text  # shown as a visible symbol
 
         await pilot.click(second.query_one(CopyLink))
-        assert app.clipboard == "echo [31mred[0m ```not a fence```"  # exact, the ESC bytes removed
+        await wait_for(pilot, lambda: app.clipboard == "echo [31mred[0m ```not a fence```")  # exact, ESC bytes removed
 
         first.focus()
         await wait_for(pilot, lambda: app.focused is first)
@@ -107,9 +107,11 @@ async def test_a_code_block_copies_its_exact_text(tmp_path):
         await wait_for(pilot, lambda: app.clipboard == 'def greet(name):\n\treturn f"hi {name}"')
         assert any(n.message.startswith("Copied code block 1 (2 lines") for n in app._notifications)
 
-        first.query_ancestor(MessageView).focus()
+        reply_view = first.query_ancestor(MessageView)
+        reply_view.focus()
+        await wait_for(pilot, lambda: app.focused is reply_view)
         await press(pilot, "c")  # c on the reply itself still copies all of it
-        assert app.clipboard == CODE_REPLY
+        await wait_for(pilot, lambda: app.clipboard == CODE_REPLY)
         await quit_app(pilot)
 
 

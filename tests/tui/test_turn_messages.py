@@ -61,12 +61,15 @@ async def test_a_turn_is_a_sequence_of_messages_and_the_ui_keeps_what_the_backen
 
 
 async def test_a_refused_message_comes_back_into_the_box_with_what_was_typed_meanwhile(tmp_path):
-    app, backends = fake_app(tmp_path, refuse_after_s=0.5)
+    app, backends = fake_app(tmp_path, refuse_after_s=2.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.bridge.ready)
         first = app.current
         app.chat_screen.prompt.load_text("a message the backend refuses")
         await press(pilot, "enter")
+        # typed once the message has left the box (under load Enter's handler can run after `press` returns,
+        # and it would then clear this text too)
+        await wait_for(pilot, lambda: first.busy and app.chat_screen.prompt.message_text() == "")
         app.chat_screen.prompt.load_text("typed while it was queued")
         # (not `not first.busy`: on a loaded machine that can hold before the turn has even started)
         await wait_for(pilot, lambda: "a message the backend refuses" in app.chat_screen.prompt.message_text())
