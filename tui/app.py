@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.app import App
-from textual.binding import Binding
 from textual.css.query import NoMatches
 
 from ..core.chats.conversation import ChatSettings
@@ -21,8 +20,9 @@ from ..core.chats.store import ChatStore
 from .actions.chats import THEMES, ChatActions
 from .bridge import EngineBridge, default_engine_factory
 from .commands.config import chat_defaults, start_theme
-from .text.key_bindings import apply_config_keys, with_ids
+from .text.key_bindings import apply_config_keys
 from .actions.cache_ops import ChatOps
+from .actions.registry import app_bindings
 from .actions.model_switch import remember_model
 from .actions.turn_views import TurnViews
 from .messages import (
@@ -47,30 +47,7 @@ class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
-    BINDINGS = with_ids([  # each with an id (its action's name): the config file's [keys] can move it
-        Binding("ctrl+n", "new_chat", "New chat"),
-        Binding("escape", "stop", "Stop reply"),
-        Binding("ctrl+r", "rename", "Rename"),
-        Binding("ctrl+d", "delete", "Delete", priority=True),
-        Binding("ctrl+o", "settings", "Settings"),
-        Binding("ctrl+s", "export", "Export"),
-        Binding("ctrl+l", "copy_reply", "Copy reply"),
-        Binding("ctrl+f", "search_chats", "Search chats", show=False),
-        Binding("ctrl+t", "toggle_theme", "Theme"),
-        Binding("ctrl+b", "toggle_panels", "Panels", show=False),
-        Binding("ctrl+up,alt+up", "switch(-1)", "Previous chat", show=False),
-        Binding("ctrl+down,alt+down", "switch(1)", "Next chat", show=False),
-        # cache operations (tui/chat_ops.py), listed on the F1 screen and in the palette
-        Binding("ctrl+g", "regenerate", "Regenerate", show=False),
-        Binding("f2", "edit_last", "Edit & resend", show=False),
-        Binding("f3", "fork_last", "Fork", show=False),
-        Binding("f4", "undo_turn", "Undo turn", show=False),
-        Binding("f5", "verify_cache", "Verify cache", show=False),
-        Binding("f6", "toggle_drafts", "Mark drafts", show=False),
-        Binding("f8", "block_map", "Block map", show=False),
-        Binding("f9", "explain_last", "Why this reuse", show=False),
-        Binding("f1", "cache_help", "Cache facts & keys", show=False),
-    ])
+    BINDINGS = app_bindings()  # (tui/actions/registry.py: each with an id the config file's [keys] can move)
 
     def __init__(self, data_dir: Path | str, engine_factory: "EngineFactory | None" = None, *,
                  model: str | None = None, engine_config: "EngineConfig | None" = None,

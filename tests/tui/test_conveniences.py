@@ -17,7 +17,7 @@ from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
 from llmchat.core.chats.conversation import ChatSettings
 from llmchat.core.chats.store import ChatStore, DataDirInUse
-from llmchat.tui.actions.chats import COMMANDS
+from llmchat.tui.actions.registry import ACTIONS
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.run import run_app
 from llmchat.tui.commands.export import chat_dict, run_export
@@ -74,8 +74,8 @@ async def test_export_copy_and_theme(make_app, tmp_path):
 
 async def test_command_palette_has_every_action_and_runs_them(make_app):
     app = make_app()
-    for key, _, _ in COMMANDS:
-        assert hasattr(app, "action_" + key.split("(")[0]), key
+    for a in ACTIONS:
+        assert hasattr(app, "action_" + a.action.split("(")[0]), a.action
     async with app.run_test(size=SIZE) as pilot:
         await one_turn(pilot, "first", ChatSettings(None, 0.0, 1.0, 5), repaint=0.2)
         first = app.current

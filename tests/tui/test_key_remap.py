@@ -11,7 +11,8 @@ from llmchat.core.user_config import KeyEntry, load_or_default
 from llmchat.tui.commands import cli
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.text.key_bindings import key_problem, keymap_from, normalized
-from llmchat.tui.screens.misconceptions import keys_text, keys_under
+from llmchat.tui.screens.misconceptions import keys_text
+from llmchat.tui.text.key_bindings import keys_now
 
 CONFIG = """\
 theme = "textual-dark"
@@ -107,23 +108,26 @@ def test_entries_are_checked_one_by_one():
                         "rename keeps ctrl+r"]
 
 
-def test_the_palette_help_names_the_moved_key():
-    from llmchat.tui.text.key_bindings import help_with_key
+def test_the_palette_help_names_the_key_each_action_has_now():
+    from llmchat.tui.actions.registry import ACTIONS, palette_help
 
-    keymap = {"new_chat": "ctrl+t", "edit_last": "f12", "previous_chat": "alt+k,slash"}
-    assert help_with_key("start a new chat (Ctrl+N)", "new_chat", keymap) == "start a new chat (ctrl+t)"
-    assert help_with_key("edit (F2, or e on a message)", "edit_last", keymap) == "edit (f12, or e on a message)"
-    assert help_with_key("open the previous chat (Ctrl+Up)", "switch(-1)", keymap) == "open the previous chat (alt+k)"
-    assert help_with_key("rename (Ctrl+R)", "rename", keymap) == "rename (Ctrl+R)"
+    keys = keys_now({"new_chat": "ctrl+t", "edit_last": "f12", "previous_chat": "alt+k,slash"})
+    by_id = {a.id: a for a in ACTIONS}
+    assert palette_help(by_id["new_chat"], keys) == "start a new chat (Ctrl+T)"
+    assert palette_help(by_id["edit_last"], keys).endswith("(F12, or e on a message)")
+    assert palette_help(by_id["previous_chat"], keys) == "open the previous chat in the list (Alt+K)"
+    assert palette_help(by_id["rename"], keys) == "give the current chat a title (Ctrl+R)"
+    assert palette_help(by_id["toggle_theme"], keys) == "switch between the light and the dark theme"  # lost Ctrl+T
+    assert palette_help(by_id["import_chat"], keys).endswith("wrote (JSON or Markdown)")  # palette only
 
 
 def test_the_cache_help_screen_names_the_keys_the_actions_have_now():
-    text = keys_text(keys_under({"regenerate": "ctrl+k", "block_map": "f2", "toggle_drafts": "ctrl+shift+d"}))
+    text = keys_text(keys_now({"regenerate": "ctrl+k", "block_map": "f2", "toggle_drafts": "ctrl+shift+d"}))
     assert "  Ctrl+K  regenerate the last reply" in text
     assert "  F2      the block map" in text
     assert "  —       (or e) edit a message and resend" in text  # its F2 went to the block map: palette only
     assert "  Ctrl+Shift+D mark accepted drafts" in text
-    assert "  F1      this screen" in keys_text(keys_under({}))
+    assert "  F1      this screen" in keys_text(keys_now({}))
 
 
 async def test_the_input_boxs_editor_key_moves_too(tmp_path, monkeypatch, engine_factory):

@@ -13,20 +13,6 @@ from ..session import ChatSession
 from .mixin import AppMixin
 
 
-CHAT_OP_COMMANDS = [
-    ("regenerate", "Regenerate reply", "answer the last message again; its prompt is fully cached (Ctrl+G)"),
-    ("edit_last", "Edit and resend", "edit a message and resend it; the old branch is kept as a fork (F2, or e "
-                                     "on a message)"),
-    ("fork_last", "Fork chat", "copy this chat up to a message into a new chat sharing its KV (F3, or f on a "
-                               "message)"),
-    ("undo_turn", "Undo last turn", "remove the last message and its reply; the text returns to the input (F4)"),
-    ("explain_last", "Why this reuse", "where the last reply's prefix reuse ended and why (F9, or w on a reply)"),
-    ("verify_cache", "Verify cache", "re-run the last turn greedily with and without the prefix cache and "
-                                     "compare the tokens (F5)"),
-    ("block_map", "Block map", "every KV block: used, cached, free, shared, LRU order (F8)"),
-    ("cache_help", "Cache facts (misconceptions)", "what the cache and the engine do, with this machine's "
-                                                   "numbers, and the cache keys (F1)"),
-]
 
 
 class ChatOps(AppMixin):

@@ -11,8 +11,8 @@ from textual.screen import Screen
 from ...core.chats.exchange import ChatImportError, read_chat_file
 from ...core.chats.conversation import ChatSettings
 from ..commands.config import chat_defaults
-from ..text.key_bindings import help_with_key
-from .cache_ops import CHAT_OP_COMMANDS
+from ..text.key_bindings import keys_now
+from .registry import ACTIONS, palette_help
 from ...core.text.sanitize import safe_text
 from ..screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from ..session import ChatSession
@@ -21,27 +21,6 @@ from .mixin import AppMixin
 
 THEMES = ("textual-dark", "textual-light")
 
-COMMANDS = [
-    ("new_chat", "New chat", "start a new chat (Ctrl+N)"),
-    ("stop", "Stop the reply", "stop the current chat's reply; the text so far is kept (Esc)"),
-    ("rename", "Rename chat", "give the current chat a title (Ctrl+R)"),
-    ("delete", "Delete chat", "delete the current chat, after a confirmation (Ctrl+D)"),
-    ("settings", "Chat settings", "system prompt, temperature, top-p, top-k, seed, stop strings, max tokens (Ctrl+O)"),
-    ("export", "Export chat", "write the chat as Markdown and JSON under the data dir (Ctrl+S)"),
-    ("import_chat", "Import chat", "add a chat from a file that Export or `llmchat export` wrote (JSON or Markdown)"),
-    ("search_chats", "Search chats", "find messages in every chat; pick one to open its chat there (Ctrl+F)"),
-    ("copy_reply", "Copy last reply", "copy the current chat's last reply to the clipboard (Ctrl+L)"),
-    ("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme (Ctrl+T)"),
-    ("toggle_panels", "Toggle panels", "show or hide the engine panels (Ctrl+B)"),
-    ("toggle_drafts", "Mark accepted drafts", "show replies as plain text with the drafted tokens the model kept "
-                                              "underlined (speculative decoding) (F6)"),
-    ("switch_model", "Switch model", "unload this model and load another: the default, one used before, or one "
-                                     "in the cache dir"),
-    ("compose_in_editor", "Compose in editor", "edit the draft in $VISUAL/$EDITOR; it comes back to the input box "
-                                               "(Ctrl+E)"),
-    ("switch(1)", "Next chat", "open the next chat in the list (Ctrl+Down)"),
-    ("switch(-1)", "Previous chat", "open the previous chat in the list (Ctrl+Up)"),
-]
 
 
 class ChatActions(AppMixin):
@@ -215,9 +194,10 @@ class ChatActions(AppMixin):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for key, title, help_text in COMMANDS + CHAT_OP_COMMANDS:
-            help_text = help_with_key(help_text, key, self._keymap)  # (a key moved by the config file)
-            yield SystemCommand(title, help_text, lambda key=key: self.run_action(key))
+        keys = keys_now(dict(self._keymap))  # (a key the config file moved)
+        for a in ACTIONS:
+            if a.palette:
+                yield SystemCommand(a.title, palette_help(a, keys), lambda action=a.action: self.run_action(action))
         for s in self.ordered_sessions():
             yield SystemCommand(f"Open chat #{s.chat_id}: {safe_text(s.conversation.title)}", "switch to this chat",
                                 lambda chat_id=s.chat_id: self.open_chat(chat_id))

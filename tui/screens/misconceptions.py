@@ -13,47 +13,18 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from ...core.inspect.engine_facts import EngineFacts
+from ..actions.registry import cache_lines, key_label
 from ..text import format as fmt
+from ..text.key_bindings import keys_now
 
 FACTS_INTERVAL_S = 2.0
-
-# (binding id, what the key does): the keys shown are the ones each action has now (the config file's
-# [keys] may move them, tui/key_bindings.py)
-CACHE_KEYS = (
-    ("regenerate", "regenerate the last reply: its prompt is the very same ids, every full block is a hit"),
-    ("edit_last", "(or e) edit a message and resend: the chat is cut there (ids before it kept), the old branch "
-                  "becomes a fork"),
-    ("fork_last", "(or f) fork the chat at a message into a new chat that shares its blocks"),
-    ("undo_turn", "undo the last turn (its message returns to the input box)"),
-    ("explain_last", "(or w) why the last reply reused what it did (the line under each reply says it in short)"),
-    ("verify_cache", "verify cache: re-run the last turn greedily with and without the prefix cache, compare "
-                     "the tokens"),
-    ("toggle_drafts", "mark accepted drafts: underline the text that speculative decoding drafted and the model "
-                      "kept"),
-    ("block_map", "the block map"),
-    ("cache_help", "this screen"),
-)
-
-
-def key_label(keys: str) -> str:
-    """The first of a binding's keys as the screen names it: "ctrl+g,x" -> "Ctrl+G"; "" -> "—" (palette only)."""
-    first = keys.split(",")[0]
-    return "+".join(part[:1].upper() + part[1:] for part in first.split("+")) if first else fmt.DASH
-
 
 def keys_text(keys_of: dict[str, str]) -> str:
     """The cache operations and their keys; `keys_of`: binding id -> the keys it has now."""
     lines = ["", "Cache operations (also in the command palette, Ctrl+P)"]
-    lines += [f"  {key_label(keys_of.get(action, '')):<7} {text}" for action, text in CACHE_KEYS]
+    lines += [f"  {key_label(keys_of.get(action, '')) or fmt.DASH:<7} {text}" for action, text in cache_lines()]
     lines.append("  (e, f, w act on the message that has focus: Tab or click it)")
     return "\n".join(lines)
-
-
-def keys_under(keymap: dict[str, str]) -> dict[str, str]:
-    """binding id -> the keys it answers to under the app's keymap (the config file's [keys])."""
-    from ..text.key_bindings import effective, remappable_bindings
-
-    return {b.action: b.keys for b in effective(remappable_bindings(), keymap)}
 
 
 def gb(x: float | None) -> str:
@@ -138,7 +109,7 @@ class MisconceptionsScreen(Screen):
             yield Static(Content("What the cache and the engine really do — with this machine's numbers"),
                          classes="dialog-title")
             yield Static(Content("asking the engine…"), id="facts")
-            yield Static(Content(keys_text(keys_under(dict(self.app._keymap)))), id="cache-keys")
+            yield Static(Content(keys_text(keys_now(dict(self.app._keymap)))), id="cache-keys")
         yield Footer()
 
     async def on_mount(self) -> None:

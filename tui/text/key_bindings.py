@@ -1,6 +1,6 @@
 """Key bindings the config file's [keys] table can move: `action = "key"` (e.g. `new_chat = "ctrl+t"`).
 
-Every binding of the app (and of the input box) carries an id, its action's name (`with_ids`); the file's
+Every binding of the app (and of the input box) carries an id (tui/actions/registry.py, the one table of actions); the file's
 entries become a Textual keymap (App.set_keymap), checked one by one: an unknown action, a key that is not
 a key, or a key already given to another action in the file is ONE line naming the file, the line and the
 action, and that action keeps its default key. A key the file gives to one action is taken from the action
@@ -9,7 +9,7 @@ that had it by default (that one is then left to the palette, Ctrl+P); `llmchat 
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from textual.binding import Binding
@@ -17,16 +17,9 @@ from textual.keys import Keys, _character_to_key
 
 from ...core.user_config import KEYS_TABLE, KeyEntry
 
-# actions with arguments get a plain name as their id
-ACTION_IDS = {"switch(-1)": "previous_chat", "switch(1)": "next_chat"}
 MODIFIERS = ("ctrl", "shift", "alt", "meta", "super", "hyper")
 _NAMED_KEYS = frozenset(k.value for k in Keys if "+" not in k.value and not k.value.startswith("<"))
 _CHARACTER_NAMES = frozenset(_character_to_key(c) for c in string.punctuation)
-
-
-def with_ids(bindings: list[Binding]) -> list[Binding]:
-    """The bindings, each with an id (its action's name) so that the config file can move it."""
-    return [b if b.id else replace(b, id=ACTION_IDS.get(b.action, b.action)) for b in bindings]
 
 
 def key_problem(keys: object) -> str | None:
@@ -111,10 +104,14 @@ def effective(bindings: list[Binding], keymap: dict[str, str]) -> list[Effective
 
 def remappable_bindings() -> list[Binding]:
     """The app's bindings and the input box's, with their ids (what [keys] may name)."""
-    from ..app import LlmChatApp
-    from ..widgets.prompt_input import PromptInput
+    from ..actions.registry import app_bindings, prompt_bindings
 
-    return [b for b in [*LlmChatApp.BINDINGS, *PromptInput.BINDINGS] if isinstance(b, Binding) and b.id]
+    return [*app_bindings(), *prompt_bindings()]
+
+
+def keys_now(keymap: dict[str, str]) -> dict[str, str]:
+    """binding id -> the keys it answers to under the app's keymap ("" : its key went to another action)."""
+    return {b.action: b.keys for b in effective(remappable_bindings(), keymap)}
 
 
 def app_keymap(entries: tuple[KeyEntry, ...], path: Path) -> tuple[dict[str, str], list[str]]:
@@ -130,13 +127,3 @@ def apply_config_keys(app, user_config) -> list[str]:
     keymap, problems = app_keymap(user_config.keys if user_config is not None else (), config_path())
     app.set_keymap(keymap)
     return problems
-
-
-def help_with_key(help_text: str, action: str, keymap: dict[str, str]) -> str:
-    """A palette entry's help, its "(Ctrl+N)" naming the key the action has now."""
-    keys = keymap.get(ACTION_IDS.get(action, action))
-    if keys is None or not help_text.endswith(")") or "(" not in help_text:
-        return help_text
-    start = help_text.rindex("(")
-    _, comma, rest = help_text[start + 1:-1].partition(",")  # "(F2, or e on a message)": only F2 moves
-    return f"{help_text[:start]}({keys.split(',')[0]}{comma}{rest})"

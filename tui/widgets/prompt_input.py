@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 
 from textual import events
-from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import TextArea
 
 from ...core.text.sanitize import safe_text
+from ..actions.registry import prompt_bindings
 
 NEWLINE_KEYS = ("ctrl+j", "shift+enter", "alt+enter")
 LARGE_PASTE_CHARS = 8_000
@@ -19,11 +19,7 @@ _PLACEHOLDER = re.compile(r"\[paste #(\d+): [\d,]+ characters\]")
 
 class PromptInput(TextArea):
     # (instead of TextArea's Ctrl+E, line end: End does that too); the config file's [keys] can move it
-    BINDINGS = [
-        Binding("ctrl+e", "app.compose_in_editor", "Editor", show=False, id="compose_in_editor"),
-        # the app's F6 here too, over the text area's select-line (and movable by [keys] like the app's)
-        Binding("f6", "app.toggle_drafts", "Mark drafts", show=False, id="toggle_drafts"),
-    ]
+    BINDINGS = prompt_bindings()  # the editor (over TextArea's Ctrl+E, line end: End does that too), F6
 
     class Submitted(Message):
         def __init__(self, text: str) -> None:
