@@ -5,6 +5,7 @@ Nothing heavy is imported at module level: torch and the engine load only when a
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -191,6 +192,24 @@ def kv_disk_bytes(args: argparse.Namespace) -> int:
     return int((DEFAULT_KV_DISK_GB if gb is None else gb) * 1e9)
 
 
+# subcommand -> (its module, relative to this package; its run function). Each is imported only when run, so
+# `ask --backend` and `serve` load neither Textual nor the engine they do not use. None: the app.
+COMMANDS: dict[str | None, tuple[str, str]] = {
+    None: ("..run", "run_app"),
+    "ask": (".ask", "run_ask"),
+    "serve": (".serve", "run_serve"),
+    "bench": (".bench", "run_bench"),
+    "config": (".config", "run_config"),
+    "pull": (".models", "run_pull"),
+    "models": (".models", "run_models"),
+    "rm": (".models", "run_rm"),
+    "cache": (".cache", "run_cache"),
+    "import": (".import_", "run_import"),
+    "export": (".export", "run_export"),
+}
+FILLED_FROM_CONFIG = (None, "ask", "serve", "bench")
+
+
 def main(argv: list[str] | None = None) -> int:
     from ...core.openmp_env import prepare_openmp, setup_of
 
@@ -201,45 +220,12 @@ def main(argv: list[str] | None = None) -> int:
             from .backend_arg import backend_url
 
             args.backend = backend_url(args.backend)
-        if args.command == "config":
-            from .config import run_config
-
-            return run_config(args)
-        if args.command in (None, "ask", "serve", "bench"):  # the config file fills the flags not given
+        if args.command in FILLED_FROM_CONFIG:  # the config file fills the flags not given
             from .config import load_into_args
 
             load_into_args(args)
-        if args.command == "ask":
-            from .ask import run_ask
-
-            return run_ask(args)
-        if args.command == "serve":
-            from .serve import run_serve
-
-            return run_serve(args)
-        if args.command == "bench":
-            from .bench import run_bench
-
-            return run_bench(args)
-        if args.command in ("pull", "models", "rm"):
-            from . import models
-
-            return {"pull": models.run_pull, "models": models.run_models, "rm": models.run_rm}[args.command](args)
-        if args.command == "cache":
-            from .cache import run_cache
-
-            return run_cache(args)
-        if args.command == "import":
-            from .import_ import run_import
-
-            return run_import(args)
-        if args.command == "export":
-            from .export import run_export
-
-            return run_export(args)
-        from ..run import run_app
-
-        return run_app(args)
+        module, function = COMMANDS[args.command]
+        return getattr(importlib.import_module(module, __package__), function)(args)
     except KeyboardInterrupt:
         return 130
     except Exception as e:  # bad input and load failures: one line, no traceback
