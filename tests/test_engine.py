@@ -257,7 +257,7 @@ def test_residency_shows_what_conversations_share(tiny_model):
     params = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
     for cid, chat in chats.items():
         user, reply = chat.start_turn(f"question {cid}?")
-        handle = service.submit(cid, chat, params)
+        handle = service.submit(cid, chat.prompt(), params)
         result = handle.wait(30)
         record_reply(chat, user, reply, list(log.wait_for(handle, Started).prompt_ids), result)
     blocks = service.residency().result(30)
@@ -265,7 +265,7 @@ def test_residency_shows_what_conversations_share(tiny_model):
     assert len(set(blocks[1]) & set(blocks[2])) == common // 16
     assert len(blocks[1]) == (len(chats[1].token_ids) - 1) // 16  # every computed full block is resident
     chats[2].start_turn("and a long reply?")
-    running = service.submit(2, chats[2], SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True))
+    running = service.submit(2, chats[2].prompt(), SamplingParams(temperature=0, max_tokens=100_000, ignore_eos=True))
     prompt = log.wait_for(running, Started).prompt_ids
     assert list(prompt[: len(chats[2].token_ids)]) == chats[2].token_ids  # the engine extended the chat's ids
     log.wait_for(running, TextDelta)  # it is decoding
@@ -286,11 +286,11 @@ def test_a_template_that_fails_refuses_only_its_request(tiny_model, monkeypatch)
         raise ValueError("no such role")
 
     monkeypatch.setattr(engine.tokenizer, "apply_chat_template", broken)
-    result = service.submit(1, chat, GREEDY).wait(30)
+    result = service.submit(1, chat.prompt(), GREEDY).wait(30)
     assert result.reason is FinishReason.ERROR and "no such role" in result.error
     assert not log.of(result, Started)
     monkeypatch.undo()
-    assert service.submit(1, chat, SamplingParams(temperature=0, max_tokens=2)).wait(30).reason is not FinishReason.ERROR
+    assert service.submit(1, chat.prompt(), SamplingParams(temperature=0, max_tokens=2)).wait(30).reason is not FinishReason.ERROR
     service.shutdown()
 
 

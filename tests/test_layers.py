@@ -143,7 +143,6 @@ def test_the_cli_commands_import_no_textual_at_module_level():
 
 CORE_ORDER = ("api", "chats text weights", "model", "engine", "kvdisk", "inspect", "backends", "serve bench")
 KNOWN_EXCEPTIONS = {  # (file, import): to fold, then to delete from here (issue 21, phase 2)
-    ("core/api/protocol.py", "llmchat.core.chats.conversation"),  # type only: submit() takes a Conversation
     ("core/engine/engine.py", "llmchat.core.kvdisk.tier"),  # the engine builds its disk tier itself
 }
 

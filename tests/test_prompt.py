@@ -53,7 +53,7 @@ def test_llama3_style_chat_through_the_service_has_one_bos_and_extends(tiny_mode
     try:
         for text in ["one", "two", "three"]:
             user, reply = chat.start_turn(text)
-            handle = service.submit(1, chat, SamplingParams(temperature=0, max_tokens=5))
+            handle = service.submit(1, chat.prompt(), SamplingParams(temperature=0, max_tokens=5))
             result = handle.wait(60)
             assert isinstance(result, Finished), "the turn finished"
             (started,) = [e for e in events if isinstance(e, Started) and e.request_id == result.request_id]

@@ -66,7 +66,7 @@ def test_a_remote_chat_streams_events_in_order_and_reports_what_the_server_says(
         chat.settings.temperature = 0.0
         ask(chat, "Tell me about the sea. " * 6)
         params = SamplingParams(temperature=0, max_tokens=20)
-        handle = backend.submit(1, chat, params)
+        handle = backend.submit(1, chat.prompt(), params)
         finished = sink.finished(handle)
         events = sink.events[handle.handle_id]
         assert isinstance(events[0], Started) and events[0].prompt_ids == ()  # ids are the server's business
@@ -81,7 +81,7 @@ def test_a_remote_chat_streams_events_in_order_and_reports_what_the_server_says(
         # the next turn resends the conversation: the server's prefix cache answers for the first turn
         chat.messages[-1].content, chat.messages[-1].status = finished.text, "done"
         ask(chat, "More.")
-        second = sink.finished(backend.submit(1, chat, params))
+        second = sink.finished(backend.submit(1, chat.prompt(), params))
         assert second.metrics.num_cached_tokens >= m.num_prompt_tokens // 16 * 16
         # the llmchat server's /metrics fill the KV and queue figures
         deadline = time.monotonic() + 10
@@ -105,7 +105,7 @@ def test_cancel_ends_the_request_here_and_on_the_server(server):
     try:
         chat = Conversation(1)
         ask(chat, "Go on")
-        handle = backend.submit(1, chat, SamplingParams(max_tokens=900, temperature=1.0))
+        handle = backend.submit(1, chat.prompt(), SamplingParams(max_tokens=900, temperature=1.0))
         assert sink.first_text.wait(30)
         assert backend.cancel(handle)
         finished = sink.finished(handle)
@@ -124,7 +124,7 @@ def test_a_server_killed_mid_stream_is_one_error_and_the_text_so_far_is_kept(tin
     try:
         chat = Conversation(1)
         ask(chat, "Go on")
-        handle = backend.submit(1, chat, SamplingParams(max_tokens=1000, temperature=1.0))
+        handle = backend.submit(1, chat.prompt(), SamplingParams(max_tokens=1000, temperature=1.0))
         assert sink.first_text.wait(30)
         doomed.kill()
         finished = sink.finished(handle)
@@ -132,7 +132,7 @@ def test_a_server_killed_mid_stream_is_one_error_and_the_text_so_far_is_kept(tin
         assert finished.reason is FinishReason.ERROR and finished.text == received and received
         assert "closed the connection mid-reply" in finished.error and "\n" not in finished.error
         # the backend lives on: the next request says the server is gone, in one line, and nothing started
-        again = sink.finished(backend.submit(1, chat, SamplingParams(max_tokens=5)))
+        again = sink.finished(backend.submit(1, chat.prompt(), SamplingParams(max_tokens=5)))
         assert again.reason is FinishReason.ERROR and again.text == "" and "cannot reach the server" in again.error
         assert not any(isinstance(e, Started) for e in sink.events[2])
     finally:
@@ -146,7 +146,7 @@ def test_a_4xx_is_the_servers_own_message(server):
     try:
         chat = Conversation(1)
         ask(chat, "word " * 2000)
-        finished = sink.finished(backend.submit(1, chat, SamplingParams(max_tokens=5)))
+        finished = sink.finished(backend.submit(1, chat.prompt(), SamplingParams(max_tokens=5)))
         assert finished.reason is FinishReason.ERROR and finished.text == ""
         assert finished.error.startswith("the server answered 400: the prompt has") and "context" in finished.error
     finally:

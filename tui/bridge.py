@@ -135,7 +135,7 @@ class EngineBridge:
 
     def submit(self, conversation_id: int, conversation: "Conversation", params: "SamplingParams") -> Handle:
         assert self.service is not None
-        return self.service.submit(conversation_id, conversation, params)
+        return self.service.submit(conversation_id, conversation.prompt(), params)  # (read now, on this thread)
 
     def cancel(self, handle: Handle) -> bool:
         return self.service.cancel(handle) if self.service is not None else False

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # (so that the UI can import this module without loading torch)
-    from ..chats.conversation import Conversation
     from .events import EngineEvent
     from .metrics import EngineStats
     from ..api.params import SamplingParams
@@ -44,10 +43,18 @@ class Handle(Protocol):
 Sink = Callable[[Handle, "EngineEvent"], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ChatPrompt:
+    """What a backend answers: the template's messages (the last a user message) and the ids already fed and
+    generated for their beginning (a prefix the backend checks against its own rendering; () for none)."""
+
+    messages: tuple[dict, ...]
+    token_ids: tuple[int, ...] = ()
+
+
 class Backend(Protocol):
-    def submit(self, conversation_id: int, conversation: "Conversation", params: "SamplingParams") -> Handle:
-        """Answer the conversation's last message (a user message; replies still streaming are left out).
-        The conversation is read at once, on the caller's thread; its ids prefix the prompt."""
+    def submit(self, conversation_id: int, prompt: ChatPrompt, params: "SamplingParams") -> Handle:
+        """Answer the prompt's last message (a user message) for this conversation; its ids prefix the prompt."""
 
     def cancel(self, handle: Handle) -> bool:
         """Stop a request; its Finished (reason abort, the text so far) follows. False: not in flight."""

@@ -115,10 +115,10 @@ class RemoteBackend:
         return (model or chosen["id"]), int(context) if isinstance(context, (int, float)) else 0
 
     # -- the protocol -----------------------------------------------------------------------
-    def submit(self, conversation_id, conversation, params) -> RemoteHandle:
+    def submit(self, conversation_id, prompt, params) -> RemoteHandle:
         if self._stopped.is_set():
             raise RuntimeError("the backend is shut down")
-        return self.submit_messages(conversation.template_messages(), params)
+        return self.submit_messages(list(prompt.messages), params)  # (the server tokenizes: ids are not sent)
 
     def submit_messages(self, messages: list[dict], params) -> RemoteHandle:
         """A streamed chat completion of `messages` with the sampling params the server understands."""

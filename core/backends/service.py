@@ -19,13 +19,12 @@ from concurrent.futures import Future
 from ..inspect.block_map import block_map_of
 from ..inspect.cache_check import check_cache
 from ..api.explanation import PromptContext
-from ..chats.conversation import Conversation
 from ..engine.engine import LLMEngine
 from ..inspect.engine_facts import facts_of
 from ..api.events import EngineEvent, Finished
 from ..api.metrics import EngineStats, RequestMetrics
 from ..text.prompt import prompt_ids_for
-from ..api.protocol import BackendInfo
+from ..api.protocol import BackendInfo, ChatPrompt
 from ..api.params import SamplingParams
 from ..api.events import FinishReason
 
@@ -83,10 +82,9 @@ class EngineService:
         self._thread.start()
 
     # -- any thread -------------------------------------------------------------------------
-    def submit(self, conversation_id: int, conversation: Conversation, params: SamplingParams) -> RequestHandle:
-        """Answer the conversation's last user message; its template is rendered on the engine thread."""
-        snapshot = (conversation.template_messages(), list(conversation.token_ids))  # read now, on this thread
-        return self._put("submit", snapshot, params, conversation_id)
+    def submit(self, conversation_id: int, prompt: ChatPrompt, params: SamplingParams) -> RequestHandle:
+        """Answer the prompt's last user message; its template is rendered on the engine thread."""
+        return self._put("submit", (list(prompt.messages), list(prompt.token_ids)), params, conversation_id)
 
     def submit_messages(self, messages: list[dict], token_ids: list[int] | tuple[int, ...], params: SamplingParams,
                         tag: Hashable | None = None) -> RequestHandle:

@@ -20,6 +20,7 @@ from typing import Protocol
 from ..api.explanation import CacheExplanation
 from ..api.metrics import RequestMetrics
 from ..api.params import DEFAULT_SAMPLING, SamplingParams
+from ..api.protocol import ChatPrompt
 
 DEFAULT_TITLE = "New chat"
 TITLE_MAX_CHARS = 48
@@ -261,6 +262,10 @@ class Conversation:
             if m.status != "streaming":
                 out.append({"role": m.role, "content": m.content})
         return out
+
+    def prompt(self) -> ChatPrompt:
+        """What a backend answers now: the template's messages and the chat's ids (read at once)."""
+        return ChatPrompt(tuple(self.template_messages()), tuple(self.token_ids))
 
     def finished_metrics(self) -> list[RequestMetrics]:
         """The RequestMetrics of the finished replies, oldest first (for the history sparklines)."""

@@ -36,8 +36,8 @@ class FakeBackend:
         self._ids = itertools.count(1)
         self._threads: list[threading.Thread] = []
 
-    def submit(self, conversation_id, conversation, params) -> FakeHandle:
-        messages, token_ids = conversation.template_messages(), list(conversation.token_ids)
+    def submit(self, conversation_id, prompt, params) -> FakeHandle:
+        messages, token_ids = list(prompt.messages), list(prompt.token_ids)
         self.submitted.append((conversation_id, messages, token_ids))
         handle = FakeHandle(next(self._ids))
         handle.request_id = handle.handle_id
