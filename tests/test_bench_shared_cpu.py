@@ -84,3 +84,17 @@ def test_measure_phases_runs_quiet_then_beside_a_live_busy_process():
     assert result.quiet_tpot == [10.0, 10.0] and result.busy_tpot == [20.0, 20.0]
     assert (result.quiet_threads, result.busy_threads) == (2, 1)
     assert gone(result.busy_pid)
+
+
+def test_the_apps_set_up_stops_with_the_load_failure_instead_of_waiting(tmp_path):
+    import asyncio
+    import time
+
+    from llmchat.core.config import EngineConfig
+    from llmchat.tui.commands.bench_shared_cpu import measure_app
+
+    missing = tmp_path / "no-such-model.gguf"
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="could not load its model.*no-such-model"):
+        asyncio.run(measure_app(EngineConfig(model=str(missing), kv_disk_bytes=0), SharedCpuSize(4, 1, 0.0), print))
+    assert time.monotonic() - started < 60

@@ -86,6 +86,7 @@ class EngineBridge:
         self.service: Backend | None = None
         self.inspect: InspectableBackend | None = None  # the same backend, when it is the in-process engine
         self.info: BackendInfo | None = None
+        self.failure: str | None = None  # why the last load failed (one line), until a load succeeds
         self._lock = threading.Lock()
         self._items: list[StreamItem] = []
         self._posted = False
@@ -95,7 +96,8 @@ class EngineBridge:
         try:
             self.load(self.factory)
         except Exception as e:  # a bad model file, offline on first start, out of memory...
-            self.app.post_message(EngineFailed(one_line(e)))
+            self.failure = one_line(e)
+            self.app.post_message(EngineFailed(self.failure))
 
     def load(self, factory: EngineFactory) -> None:
         """Build the backend (blocking; a worker thread) and post EngineReady; raises what the factory raised."""
@@ -103,7 +105,7 @@ class EngineBridge:
         self.factory = factory
         self.info = service.info()
         self.inspect = service if isinstance(service, InspectableBackend) else None  # (asked once, here)
-        self.service = service
+        self.service, self.failure = service, None
         self.app.post_message(EngineReady(self.info))
 
     def unload(self) -> None:

@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import sys
 import tempfile
+import time
 from dataclasses import replace
 
 from ...core.openmp_env import prepare_openmp
@@ -49,6 +50,19 @@ def run_shared_cpu_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+LOAD_TIMEOUT_S = 600.0  # a first start may build the CPU kernels
+REPLY_TIMEOUT_S = 1200.0  # a reply beside a busy process on a slow machine
+
+
+async def until(pilot, condition, timeout_s: float, what: str) -> None:
+    """Let the app run until condition() holds; a RuntimeError naming `what` after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the app's bench waited {timeout_s:.0f} s for {what}")
+        await pilot.pause(0.05)
+
+
 async def measure_app(config, size, log):
     """measure_phases over a headless app on a temporary data dir: each reply a new chat's turn, sent as the
     prompt box sends it; its TPOT is the one the Latency panel shows."""
@@ -58,17 +72,21 @@ async def measure_app(config, size, log):
     with tempfile.TemporaryDirectory(prefix="llmchat-bench-") as data:
         app = LlmChatApp(data, engine_config=config)
         async with app.run_test(headless=True, size=(150, 45)) as pilot:
-            while not app.bridge.ready:
-                await pilot.pause(0.05)
+            await until(pilot, lambda: app.bridge.ready or app.bridge.failure, LOAD_TIMEOUT_S, "the model to load")
+            if app.bridge.failure:
+                raise RuntimeError(f"the app could not load its model: {app.bridge.failure}")
 
             async def reply() -> tuple[float, int]:
                 await app.action_new_chat()
                 session = app.current
                 session.conversation.settings = replace(session.settings, max_tokens=size.num_tokens,
                                                         temperature=0.0)
-                app.turns.send(session, QUESTION)
-                while session.busy:
-                    await pilot.pause(0.05)
+                if not app.turns.send(session, QUESTION):
+                    raise RuntimeError("the app could not store the bench's turn")
+                await until(pilot, lambda: not session.busy, REPLY_TIMEOUT_S, "a reply")
+                reply = session.conversation.messages[-1]
+                if reply.status != "done":
+                    raise RuntimeError(f"the bench's reply ended {reply.status}: {reply.error or reply.finish_reason}")
                 return session.conversation.finished_metrics()[-1].tpot, app.bridge.stats().num_threads
 
             result = await measure_phases("app", reply, size, log)
