@@ -22,7 +22,7 @@ A flat TOML table; every key is optional:
 A missing file is no error. A malformed one (bad TOML, an unknown key, a value of the wrong type or
 range) is described in ONE line naming the line and key (ConfigError), and the caller goes on with the
 built-in defaults: nothing of a bad file is half-applied. The [keys] table is kept as written (KeyEntry, with
-its line): which actions and key names exist is the app's to check (tui/key_bindings.py), entry by entry, so a
+its line): which actions and key names exist is the app's to check (tui/text/key_bindings.py), entry by entry, so a
 bad entry costs only that key. `LLMCHAT_CONFIG` names another file (tests).
 Stdlib only (tomllib); no torch, no Textual.
 """

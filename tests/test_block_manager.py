@@ -1,4 +1,4 @@
-"""core/block_manager.py: the hash chain, prefix lookup and its cap, refcount sharing, the LRU of cached-free
+"""core/engine/block_manager.py: the hash chain, prefix lookup and its cap, refcount sharing, the LRU of cached-free
 blocks (eviction order, O(1) revive), the token check on a hash collision, and a hypothesis state machine that
 drives random allocate / prefill / append / fork / free / preempt / reset sequences against an independent
 model of what the pool must hold."""

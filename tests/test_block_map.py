@@ -1,4 +1,4 @@
-"""The block map snapshot (core/block_map.py) against the block manager, and the engine service's calls:
+"""The block map snapshot (core/inspect/block_map.py) against the block manager, and the engine service's calls:
 a call whose caller gave up (a screen closed while waiting) is skipped, the engine thread goes on."""
 from __future__ import annotations
 

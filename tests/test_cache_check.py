@@ -1,4 +1,4 @@
-"""The exactness check (core/cache_check.py): a greedy re-run from the prefix cache equals one with the
+"""The exactness check (core/inspect/cache_check.py): a greedy re-run from the prefix cache equals one with the
 cache off — on the real model (slow), and a forced divergence (poisoned cached K/V) is reported."""
 from __future__ import annotations
 

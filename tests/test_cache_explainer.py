@@ -1,5 +1,5 @@
 """The per-turn cache explainer on the tiny model: one test per cause, each checking the reason and the
-position where reuse ended (core/cache_explainer.py, core/reuse_memory.py, the engine's hooks)."""
+position where reuse ended (core/engine/cache_explainer.py, core/engine/reuse_memory.py, the engine's hooks)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""core/chat_search.py: the FTS5 index follows every write to messages (in the same transaction), older
+"""core/chats/search.py: the FTS5 index follows every write to messages (in the same transaction), older
 files get it on open, user text is never FTS5 syntax, and without FTS5 a LIKE scan answers the same."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""core/chat_template.py: the sandbox has a time and size budget; a template over it fails fast, for that render."""
+"""core/text/chat_template.py: the sandbox has a time and size budget; a template over it fails fast, for that render."""
 from __future__ import annotations
 
 import json

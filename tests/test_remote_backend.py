@@ -1,4 +1,4 @@
-"""The remote backend (core/remote_backend.py) against a real `llmchat serve` subprocess: it speaks the
+"""The remote backend (core/backends/remote.py) against a real `llmchat serve` subprocess: it speaks the
 engine protocol, measures what it can, reads the server's /metrics, and turns every failure (the server
 killed mid-stream, unreachable, a 4xx) into one Finished with the text so far."""
 from __future__ import annotations

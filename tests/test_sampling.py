@@ -1,4 +1,4 @@
-"""core/sampling.py: SamplingParams is validated when made; sample() never hands torch.multinomial a NaN or inf."""
+"""core/model/sampling.py: SamplingParams is validated when made; sample() never hands torch.multinomial a NaN or inf."""
 from __future__ import annotations
 
 import math

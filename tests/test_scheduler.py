@@ -1,4 +1,4 @@
-"""core/scheduler.py driven with a real BlockManager and a tiny deterministic "model": each time a sequence's
+"""core/engine/scheduler.py driven with a real BlockManager and a tiny deterministic "model": each time a sequence's
 tokens are all computed it gets the next token as a pure function of its token ids. So every request's output is
 fixed by its prompt alone, and a run under pressure (small budgets, a tiny block pool, preemption, prefix hits)
 must give exactly the output the request gets when it runs alone with a huge pool."""

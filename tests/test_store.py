@@ -1,4 +1,4 @@
-"""core/store.py: chats, messages, token ids and per-turn metrics survive a reopen; one writer per data dir."""
+"""core/chats/store.py: chats, messages, token ids and per-turn metrics survive a reopen; one writer per data dir."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""core/store_extras.py: a chat's top-k, seed, stop strings and model id survive a reopen, follow a fork and an
+"""core/chats/extras.py: a chat's top-k, seed, stop strings and model id survive a reopen, follow a fork and an
 import, go with the chat, and a file without their table (an older llmchat's) reads as defaults."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""core/weights.py: GGUF conversion (dequantization, names, Q/K un-permutation), the converted cache, bad inputs,
+"""core/weights/resolve.py: GGUF conversion (dequantization, names, Q/K un-permutation), the converted cache, bad inputs,
 fetching the default model, Hugging Face folders. Tiny GGUF files are written with gguf.GGUFWriter; quantized
 tensors are checked against an independent numpy decoder of the block formats."""
 from __future__ import annotations

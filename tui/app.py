@@ -55,7 +55,7 @@ class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
         super().__init__()
         self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
         self.model_factory = None  # --model path (None: the default) -> its engine factory; None: no switching
-        self.loaded_model = model  # the --model loaded (tui/model_switch.py)
+        self.loaded_model = model  # the --model loaded (tui/actions/model_switch.py)
         self.switching_model = False
         self.engine_config: "EngineConfig | None" = engine_config
         if engine_factory is None:

@@ -1,6 +1,6 @@
 """The UI's one door to the engine: start it off the UI thread, hand its events over, pass calls through.
 
-The backend (core/protocol.py) calls `_sink` for every event, on its own thread. The sink never touches widgets: it appends the event
+The backend (core/api/protocol.py) calls `_sink` for every event, on its own thread. The sink never touches widgets: it appends the event
 to a buffer and posts one EngineEventsPending message if none is queued; the UI drains the buffer
 when it gets to it. However fast the engine goes, the UI handles one message per batch of events, so
 four chats streaming at once cost the UI one drain per frame, not one message per token.
@@ -63,7 +63,7 @@ def default_engine_factory(config: "EngineConfig | None" = None) -> EngineFactor
 
 
 def remote_engine_factory(url: str, api_key: str | None = None, model: str | None = None) -> EngineFactory:
-    """Chat through an OpenAI-compatible server (core/remote_backend.py) instead of the embedded engine."""
+    """Chat through an OpenAI-compatible server (core/backends/remote.py) instead of the embedded engine."""
 
     def factory(progress: Callable[[str], None], sink: Sink) -> Backend:
         from ..core.backends.remote import RemoteBackend

@@ -1,4 +1,4 @@
-"""What the UI keeps per chat: the conversation (core/conversation.py) and the reply in flight."""
+"""What the UI keeps per chat: the conversation (core/chats/conversation.py) and the reply in flight."""
 from __future__ import annotations
 
 import time

@@ -1,10 +1,10 @@
 """What the UI needs from any backend, and nothing else.
 
-The in-process engine (core/service.py: EngineService) implements it; a remote backend speaking to
+The in-process engine (core/backends/service.py: EngineService) implements it; a remote backend speaking to
 an OpenAI-compatible server can implement it too, and UI tests use a fake one. A backend renders the
 chat template and tokenizes on its own thread; the UI never touches a tokenizer or the engine.
 
-Events (core/events.py) for a submitted request, in order, through the one sink the backend was
+Events (core/api/events.py) for a submitted request, in order, through the one sink the backend was
 started with, called on the backend's thread (a sink must only hand the event over):
 `Started` (at most once: the prompt's ids and how many were cached), `TextDelta`*, then exactly one
 `Finished` (reason, metrics, output ids, error) — a refused prompt gets only the `Finished`.

@@ -1,11 +1,11 @@
-"""RemoteBackend: the engine protocol (core/protocol.py) spoken to any OpenAI-compatible server (vLLM,
+"""RemoteBackend: the engine protocol (core/api/protocol.py) spoken to any OpenAI-compatible server (vLLM,
 SGLang, llama-server, Ollama, llmchat serve) over HTTP, with httpx.
 
 Each request streams on its own thread (`POST /v1/chat/completions`, SSE, usage included). What can be
 known is reported and nothing is made up: TTFT and TPOT are measured here (from the submit and from each
 streamed chunk, one clock: time.perf_counter); prompt and cached tokens come from the server's `usage`
 (0 when it does not send them); queue/KV/prefix-cache figures from its `/metrics` when it is a
-vLLM/SGLang/llmchat server (core/remote_stats.py), None otherwise. Token ids are not known: Started and
+vLLM/SGLang/llmchat server (core/backends/remote_stats.py), None otherwise. Token ids are not known: Started and
 TextDelta carry none, so a conversation's ids are re-derived by whichever engine runs its next turn.
 A connection error, a timeout, a 4xx/5xx or a server dying mid-stream ends that request with one
 Finished(ERROR) line; the text received so far is kept in it.

@@ -11,7 +11,7 @@ from ..api.params import SamplingParams
 
 
 class RemoteAskStream:
-    """`ask --backend URL`: the same question through an OpenAI-compatible server (core/remote_backend.py).
+    """`ask --backend URL`: the same question through an OpenAI-compatible server (core/backends/remote.py).
     Iterate for text deltas; a failure after some text raises RemoteError once that text was yielded."""
 
     def __init__(self, url: str, messages: list[dict], params: SamplingParams, api_key: str | None = None,

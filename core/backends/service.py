@@ -1,4 +1,4 @@
-"""EngineService: the engine's step loop on one daemon thread; the in-process Backend (core/protocol.py).
+"""EngineService: the engine's step loop on one daemon thread; the in-process Backend (core/api/protocol.py).
 
 Submits, cancels and calls go through an inbox queue; the loop owns the engine and the tokenizer
 (chat templates are rendered and tokenized here, on the engine thread). Each request's events go
@@ -89,7 +89,7 @@ class EngineService:
     def submit_messages(self, messages: list[dict], token_ids: list[int] | tuple[int, ...], params: SamplingParams,
                         tag: Hashable | None = None) -> RequestHandle:
         """Answer template messages (the last one a user message); `token_ids` are ids already fed and
-        generated for their beginning (core/prompt.py checks them), () for none."""
+        generated for their beginning (core/text/prompt.py checks them), () for none."""
         return self._put("submit", (list(messages), list(token_ids)), params, tag)
 
     def submit_ids(self, prompt_ids: list[int], params: SamplingParams, tag: Hashable | None = None,
@@ -130,12 +130,12 @@ class EngineService:
         return self._call(lambda engine: engine.residency())
 
     def block_map(self) -> Future:
-        """A BlockMap of every KV block (core/block_map.py) and the EngineStats of the same moment."""
+        """A BlockMap of every KV block (core/inspect/block_map.py) and the EngineStats of the same moment."""
         return self._call(lambda engine: block_map_of(engine.block_manager, engine.residency(), engine.stats(),
                                                       engine.prefix_tiers()))
 
     def facts(self, copy_gb_s: float | None = None) -> Future:
-        """EngineFacts (core/engine_facts.py): the live numbers of the misconceptions screen."""
+        """EngineFacts (core/inspect/engine_facts.py): the live numbers of the misconceptions screen."""
         return self._call(lambda engine: facts_of(engine, copy_gb_s))
 
     def prefix_tiers(self) -> Future:

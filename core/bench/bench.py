@@ -1,6 +1,6 @@
 """`llmchat bench`: scenarios on a real model, medians of repeated runs, a table and optional JSON lines.
 
-Every figure is measured by the engine itself (core/metrics.py: TTFT = first token - arrival,
+Every figure is measured by the engine itself (core/api/metrics.py: TTFT = first token - arrival,
 TPOT = (last - first) / (tokens - 1), one clock: time.perf_counter).
 """
 from __future__ import annotations
@@ -200,7 +200,7 @@ class Bench:
         self.results.add("switch", "chats=1-warm", "ttft", single, "ms")
 
     def speculative(self) -> None:
-        """Speculative decoding on vs off: repeat a text, repeat or edit code, a plain turn (core/bench_speculative.py)."""
+        """Speculative decoding on vs off: repeat a text, repeat or edit code, a plain turn (core/bench/speculative.py)."""
         run_speculative(self)
 
     def restart(self) -> None:

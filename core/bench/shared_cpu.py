@@ -7,7 +7,7 @@ the wait policy is fixed when torch loads, so one set-up must not leave its thre
   refreshing), as `llmchat` runs it (tui/commands/bench_shared_cpu.py).
 Each set-up decodes `repeats` greedy replies quiet, then starts a busy process of its own (core/bench/busy_process.py:
 always ended), lets the engine notice it for `settle_s`, decodes one reply to warm up, then `repeats` replies
-beside it. TPOT is the engine's own (core/metrics.py); medians are reported.
+beside it. TPOT is the engine's own (core/api/metrics.py); medians are reported.
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def result_json(result: PhaseResult) -> str:
 
 
 def add_rows(results, r: PhaseResult) -> None:
-    """Rows of the bench table (core/bench.py Results) for one set-up."""
+    """Rows of the bench table (core/bench/bench.py Results) for one set-up."""
     quiet, busy = statistics.median(r.quiet_tpot), statistics.median(r.busy_tpot)
     results.add("shared-cpu", r.setup, "tpot_quiet", r.quiet_tpot, "ms")
     results.add("shared-cpu", r.setup, "tpot_busy", r.busy_tpot, "ms")

@@ -1,4 +1,4 @@
-"""Chats back from llmchat's own exports (tui/export.py): JSON with token ids, or Markdown as text only.
+"""Chats back from llmchat's own exports (tui/commands/export.py): JSON with token ids, or Markdown as text only.
 
 A JSON export carries the exact ids the model saw and produced (`token_ids`) and, from this version
 on, each message's span of them: the imported chat's next turn extends those ids, so its prompt is the

@@ -3,7 +3,7 @@
 They live in a table of their own beside `chats` (one row per chat, deleted with it), created if missing
 whenever a store opens: a file without it reads as "defaults" (top-k off, no seed, no stop strings, model
 not known), and an older llmchat opening a newer file simply does not see it. The rows <-> values mapping
-of these columns is here; core/store.py calls it inside its own transactions.
+of these columns is here; core/chats/store.py calls it inside its own transactions.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """How chats and messages map to SQLite values and rows: token ids as little-endian int32 blobs, metrics as
-JSON (NaN as null), rows to the records of core/conversation.py. core/store.py does the SQL."""
+JSON (NaN as null), rows to the records of core/chats/conversation.py. core/chats/store.py does the SQL."""
 from __future__ import annotations
 
 import json

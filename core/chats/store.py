@@ -1,12 +1,12 @@
-"""Chats on disk: SQLite (stdlib sqlite3, WAL) under the user data dir; rows <-> dataclasses through core/store_rows.py.
+"""Chats on disk: SQLite (stdlib sqlite3, WAL) under the user data dir; rows <-> dataclasses through core/chats/rows.py.
 
 One file, `chats.sqlite3`, holds every chat: its settings, its messages with per-turn metrics, and the
 exact token ids the model saw and produced (so a restarted app continues with the same ids and the
 prefix cache reuses them), and each message the span of those ids it contributed. The rules (titles,
-turn state) live in core/conversation.py; this file only maps rows to those records and back. Every
+turn state) live in core/chats/conversation.py; this file only maps rows to those records and back. Every
 change is one transaction. One app owns a data dir at a time: a
 second one gets DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock). Message text is
-searchable across chats (core/chat_search.py: an FTS5 index kept in step by triggers, built on open).
+searchable across chats (core/chats/search.py: an FTS5 index kept in step by triggers, built on open).
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class ChatStore:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
-            store_extras.ensure_table(self._db)  # (beside the versioned schema: see core/store_extras.py)
+            store_extras.ensure_table(self._db)  # (beside the versioned schema: see core/chats/extras.py)
             self._recover_interrupted()
             with self._tx() as db:
                 self.search_uses_fts = chat_search.ensure_index(db)  # False: a LIKE scan (no FTS5 here)

@@ -4,7 +4,7 @@ The engine calls `explain_reuse` once per request, at its first admission (right
 lookup), with what it remembers: the conversation's previous request (`PriorTurn`: its ids, system
 prompt and model fingerprint), what the client kept (`PromptContext.kept_ids`: the ids the chat already
 fed, which it expects to be cached) and the block pool's eviction log. The answer is a frozen
-`CacheExplanation`; the UI only formats it (tui/cache_text.py).
+`CacheExplanation`; the UI only formats it (tui/text/cache_text.py).
 
 Causes, checked in this order (the first that explains the miss wins):
 - cache-off:     prefix caching is off (engine-wide, or for this request: the exactness check);

@@ -1,4 +1,4 @@
-"""LLMEngine: add_request / abort / step() -> events. Synchronous; core/service.py runs it on a thread."""
+"""LLMEngine: add_request / abort / step() -> events. Synchronous; core/backends/service.py runs it on a thread."""
 from __future__ import annotations
 
 import hashlib

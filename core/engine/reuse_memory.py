@@ -1,4 +1,4 @@
-"""What the engine remembers to explain each request's prefix reuse (core/cache_explainer.py).
+"""What the engine remembers to explain each request's prefix reuse (core/engine/cache_explainer.py).
 
 The engine owns one ReuseMemory: `expect` when a request is added (its conversation tag and what the
 client said about the prompt), `admitted` at its first admission (right after the prefix lookup: the
@@ -27,7 +27,7 @@ class ReuseMemory:
     def __init__(self, block_manager: BlockManager, token_text: Callable[[int], str],
                  disk_tier: Callable[[], object] = lambda: None) -> None:
         self.block_manager = block_manager
-        self.disk_tier = disk_tier  # the engine's disk tier now (core/kv_disk.py KVDiskTier), or None
+        self.disk_tier = disk_tier  # the engine's disk tier now (core/kvdisk/tier.py KVDiskTier), or None
         self.token_text = token_text
         self.priors: OrderedDict[Hashable, PriorTurn] = OrderedDict()
         self._requests: dict[int, tuple[Hashable | None, PromptContext | None]] = {}

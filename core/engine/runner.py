@@ -59,7 +59,7 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[list[int]]:
         """Forward the batch; per sequence its new tokens: none while prefilling, one sampled token, or the
-        drafted tokens the target kept plus one more (core/spec_verify.py)."""
+        drafted tokens the target kept plus one more (core/engine/spec/verify.py)."""
         input_ids, positions, meta, spans = self.prepare(batch)
         kv = PagedKV(self.kv_cache, meta, self.scale, self.kernel_backend)
         hidden = self.model(input_ids, positions, kv)

@@ -32,7 +32,7 @@ class ScheduledBatch:
 
 
 class PrefixTier(Protocol):
-    """A lower tier of the prefix cache (the disk tier, core/kv_disk.py), looked up after resident blocks."""
+    """A lower tier of the prefix cache (the disk tier, core/kvdisk/tier.py), looked up after resident blocks."""
 
     def match(self, seq: Sequence, start_block: int, max_blocks: int) -> int: ...
 

@@ -33,7 +33,7 @@ class Sequence:
     finish_reason: FinishReason | None = None
     timings: RequestTimings = field(default_factory=RequestTimings)
     generator: torch.Generator | None = None
-    draft_ids: list[int] = field(default_factory=list)  # speculative tokens proposed for this step (core/speculative.py)
+    draft_ids: list[int] = field(default_factory=list)  # speculative tokens proposed for this step (core/engine/spec/speculative.py)
     draft_probs: torch.Tensor | None = None  # [len(draft_ids), vocab]: the draft model's q; None for a one-hot draft
     spec: object | None = None  # the speculator's per-sequence state (SpecState)
     num_disk_failed_blocks: int = 0  # disk entries matched at admission that failed to load (bad: removed)

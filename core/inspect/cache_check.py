@@ -46,7 +46,7 @@ def compare_runs(cached_ids, uncached_ids, num_prompt: int, num_cached: int,
 def check_cache(submit_ids: Callable, prompt_ids: list[int], num_tokens: int,
                 token_text: Callable[[int], str], timeout: float | None = None) -> CacheCheck:
     """Blocking (run it off the UI thread): `submit_ids(prompt_ids, params, use_prefix_cache=...)` returns a
-    handle whose wait() gives the Finished event (core/service.py EngineService.submit_ids)."""
+    handle whose wait() gives the Finished event (core/backends/service.py EngineService.submit_ids)."""
     params = SamplingParams(temperature=0, max_tokens=max(1, min(num_tokens, MAX_CHECK_TOKENS)), ignore_eos=True)
     runs = []
     for use_prefix_cache in (True, False):

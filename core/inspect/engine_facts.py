@@ -5,7 +5,7 @@ off, recent acceptance), batching raises throughput (tokens/s and step time per 
 grows with context (step time at the shortest and longest context seen), and the context the KV budget can
 hold vs the model's advertised one.
 
-Taken on the engine thread (EngineService.facts) from the engine's recent-steps window (core/metrics.py).
+Taken on the engine thread (EngineService.facts) from the engine's recent-steps window (core/api/metrics.py).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class ContextPoint:
 @dataclass(frozen=True, slots=True)
 class EngineFacts:
     stats: EngineStats
-    copy_gb_s: float | None  # measured once per machine (core/machine.py); None: not measured yet
+    copy_gb_s: float | None  # measured once per machine (core/inspect/bandwidth.py); None: not measured yet
     weight_bytes: int  # read once per decode step, whatever the batch
     flops_per_token: int  # 2 x the multiply-adds of the linear layers (attention's own FLOPs excluded)
     prefill_tokens_per_s: float

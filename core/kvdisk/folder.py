@@ -1,7 +1,7 @@
 """The disk tier's folder, `<cache dir>/kv/`: one entry file per full KV block under a two-hex-digit
 subfolder, named by its chain hash (`ab/ab12….kvb`); temp files `….<pid>.<n>.tmp` of writes in flight;
 `stats.json`, the counters of every process (added under an flock on `lock`). Scanning it (and removing the
-temp files of dead writers), clearing it, and the lifetime counters live here; core/kv_disk_store.py keeps
+temp files of dead writers), clearing it, and the lifetime counters live here; core/kvdisk/store.py keeps
 the live index, the writer thread and the LRU budget. The folder is 0700, the files 0600.
 """
 from __future__ import annotations

@@ -3,12 +3,12 @@
 - Writes run on a writer thread (the engine thread only copies the block out of the paged cache); each is
   atomic: a temp file named with the writer's pid, fsync of the data, then rename. Temp files of processes
   that no longer run (a kill -9 mid-write) are removed when a store opens.
-- Reads verify every entry (core/kv_disk_format.py); a bad one is removed and counted, never used.
+- Reads verify every entry (core/kvdisk/entry.py); a bad one is removed and counted, never used.
 - A byte budget with LRU eviction by last use (the file's mtime, refreshed on every hit, so it survives
   restarts). A block shared by many chats has one chain hash, hence one file.
 - Counters (hits, corrupt, writes, evictions, dropped) are kept per process and added to `stats.json`
   under a file lock, so `llmchat cache` can report them across runs.
-- The folder's layout, scanning, clearing and the lifetime counters: core/kv_disk_folder.py (0700/0600: KV
+- The folder's layout, scanning, clearing and the lifetime counters: core/kvdisk/folder.py (0700/0600: KV
   is derived from the user's chats).
 """
 from __future__ import annotations

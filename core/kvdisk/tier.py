@@ -1,11 +1,11 @@
 """The disk tier of the prefix cache, as the scheduler and the engine see it.
 
-Lookup order: blocks resident in the paged cache first (core/block_manager.py), then this tier, then
+Lookup order: blocks resident in the paged cache first (core/engine/block_manager.py), then this tier, then
 compute. `match` says how many of a sequence's next full blocks have an entry (an index lookup, no I/O);
 the scheduler allocates blocks for them; `load` reads, verifies and copies each one into its block, and
 stops at the first that does not verify (the rest is computed, as any miss). `save` copies blocks that
 became full and hashed out of the paged cache (the only work on the engine thread) and queues them for the
-writer thread (core/kv_disk_store.py).
+writer thread (core/kvdisk/store.py).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ embeddings, soft-capped scores and logits.
 
 Tokens are packed flat, `[num_tokens, hidden]`, with no batch dimension: a step may hold the new
 tokens of many sequences. Attention goes through one object passed into forward (`KVContext`), so
-the same model runs on a dense per-sequence cache (core/dense.py) or the paged cache (core/attention.py).
+the same model runs on a dense per-sequence cache (core/model/dense.py) or the paged cache (core/engine/attention.py).
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The embedded engine as `llmchat serve` uses it: requests in from the event loop, events out to
 per-request asyncio queues, and the exact token ids of recent conversations kept for prefix reuse.
 
-Every request goes through core/service.py's EngineService, so requests from all clients are batched
+Every request goes through core/backends/service.py's EngineService, so requests from all clients are batched
 together by the engine, as chats are. An OpenAI client resends the whole conversation each turn as
 text; re-tokenizing it afresh could split the earlier replies differently from the ids the model
 generated, so their KV would miss the cache. `TokenMemory` keeps, for recently answered conversations,
 the exact ids fed and generated; a request that continues one starts from those ids and only its new
-messages are tokenized (core/prompt.py, as the app does; it checks that the ids still spell the
+messages are tokenized (core/text/prompt.py, as the app does; it checks that the ids still spell the
 rendered text and tokenizes afresh otherwise).
 """
 from __future__ import annotations

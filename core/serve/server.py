@@ -1,7 +1,7 @@
 """`llmchat serve`: an OpenAI-compatible HTTP API (Starlette on uvicorn) on the embedded engine.
 
 POST /v1/chat/completions and /v1/completions (whole or streamed as SSE), GET /v1/models, /health and
-/metrics (core/serve_metrics.py). Requests from all clients go to one engine and are batched together.
+/metrics (core/serve/metrics.py). Requests from all clients go to one engine and are batched together.
 A request's fault is its own: bad input is a 4xx JSON error saying what to change, a prompt the engine
 refuses (over the context) is a 400 before any byte of a stream is sent, a client that goes away has its
 request aborted and its KV blocks freed, and an unexpected error is a 500 for that request only.

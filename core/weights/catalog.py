@@ -3,7 +3,7 @@ a JSON list in the store's app settings by the caller), the models in the cache 
 `llmchat models` finds (core/weights/inventory.py: the HF cache, Ollama, LM Studio).
 
 The cache dir holds fetched GGUF files in `models/` (`llmchat pull`) and their conversions in `converted/<digest>/`
-(Hugging Face folders, core/weights.py); `converted/sources.json` says which file each came from. A conversion
+(Hugging Face folders, core/weights/resolve.py); `converted/sources.json` says which file each came from. A conversion
 whose source file is still there is listed as that file (loading it finds the conversion again); one whose source
 is gone is listed as the folder itself. Stdlib only: listing loads nothing.
 """

@@ -1,4 +1,4 @@
-"""A backend for UI tests that speaks core/protocol.py without an engine: a scripted reply, streamed from
+"""A backend for UI tests that speaks core/api/protocol.py without an engine: a scripted reply, streamed from
 its own thread word by word, with made-up but consistent token ids and metrics."""
 from __future__ import annotations
 

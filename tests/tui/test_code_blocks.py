@@ -1,4 +1,4 @@
-"""tui/code_blocks.py: the code a copy action takes from a reply, block by block."""
+"""tui/text/code_blocks.py: the code a copy action takes from a reply, block by block."""
 from __future__ import annotations
 
 import re

@@ -1,8 +1,8 @@
 """Chat operations that reuse the KV cache: regenerate, edit and resend (the old branch kept as a fork),
 fork at a message, undo the last turn; and the cache views: why a reply reused what it did, the block map,
-the exactness check, the misconceptions screen. A mixin of LlmChatApp, like tui/actions.py.
+the exactness check, the misconceptions screen. A mixin of LlmChatApp, like tui/actions/chats.py.
 
-Each operation keeps the exact token ids before the message it changes (core/conversation.py: cut_at,
+Each operation keeps the exact token ids before the message it changes (core/chats/conversation.py: cut_at,
 drop_last_reply, branch), so the next prompt hits every full block before that point.
 """
 from __future__ import annotations

@@ -45,7 +45,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def run_serve_bench(args: argparse.Namespace) -> int:
-    """`llmchat bench serve [--url URL]`: concurrent streaming clients against a server (core/serve_bench.py)."""
+    """`llmchat bench serve [--url URL]`: concurrent streaming clients against a server (core/bench/serve.py)."""
     from ...core.bench.common import Results, cpu_description
     from ...core.bench.serve import SERVE_FULL, SERVE_QUICK, bench_serve, spawn_server
 

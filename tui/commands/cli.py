@@ -170,7 +170,7 @@ def engine_config(args: argparse.Namespace, **overrides):
 
 def num_speculative_tokens(args: argparse.Namespace) -> int:
     """The most tokens drafted per step that the flags ask for (0: off). Speculative decoding is on by
-    default (a verify step costs about one plain step: kernels/linear.py, core/speculative.py);
+    default (a verify step costs about one plain step: kernels/linear.py, core/engine/spec/speculative.py);
     --speculative-tokens N sets the most drafted; --no-speculative wins over every other flag."""
     from ...core.config import DEFAULT_SPECULATIVE_TOKENS
 

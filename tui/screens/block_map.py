@@ -4,7 +4,7 @@ A cell is the letter of the chat that holds it (its cached prefix or its reply i
 several chats hold it (shared: highlighted), `#`/`o` for a used/cached block no listed chat holds, `·` for
 a free one. Used blocks are green, cached-free blue, free dim; underlined cells are the next eight the LRU
 evicts. Below, per chat: blocks, shared, in use, and its place in the eviction order. The snapshot comes
-from the engine thread (core/block_map.py) with the EngineStats of the same moment; this only formats it.
+from the engine thread (core/inspect/block_map.py) with the EngineStats of the same moment; this only formats it.
 """
 from __future__ import annotations
 

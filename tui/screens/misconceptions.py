@@ -1,5 +1,5 @@
-"""The seed's misconceptions, each answered with this machine's live numbers (core/engine_facts.py, the
-machine's copy bandwidth from core/machine.py), and the keys of the cache operations. Formatting only;
+"""The seed's misconceptions, each answered with this machine's live numbers (core/inspect/engine_facts.py, the
+machine's copy bandwidth from core/inspect/bandwidth.py), and the keys of the cache operations. Formatting only;
 refreshed every two seconds while open."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Search every chat (Ctrl+F): type words, pick a message; its chat opens at that message.
 
-The store answers (core/chat_search.py: FTS5, or a LIKE scan where this SQLite lacks FTS5); each hit
+The store answers (core/chats/search.py: FTS5, or a LIKE scan where this SQLite lacks FTS5); each hit
 shows its chat's title and the matching words with some context. Everything shown is safe_text.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cache explainer's record (core/cache_explainer.py) as text: one line under a reply, and in full for
+"""The cache explainer's record (core/engine/cache_explainer.py) as text: one line under a reply, and in full for
 the detail view. Formatting only: every figure is the engine's."""
 from __future__ import annotations
 

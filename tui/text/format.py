@@ -1,4 +1,4 @@
-"""Numbers to short strings. Formatting only: every figure comes from core/metrics.py objects."""
+"""Numbers to short strings. Formatting only: every figure comes from core/api/metrics.py objects."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,6 @@
 """A reply's Markdown whose fenced code blocks can be copied: a "copy" link above each block (click), or
 focus the block (click it, or Tab to it) and press c. The code comes from the reply's own text
-(tui/code_blocks.py: exact, control characters removed), not from what the screen shows."""
+(tui/text/code_blocks.py: exact, control characters removed), not from what the screen shows."""
 from __future__ import annotations
 
 from textual.app import ComposeResult

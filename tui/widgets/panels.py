@@ -1,6 +1,6 @@
 """The inspector: live panels for latency, the turn's prompt reuse, decode throughput and KV blocks.
 
-Every figure comes from core/metrics.py (RequestMetrics of a turn, EngineStats snapshots); these
+Every figure comes from core/api/metrics.py (RequestMetrics of a turn, EngineStats snapshots); these
 widgets only format them. Each panel explains itself in one line: as a tooltip on hover, and as a
 visible line while it has focus (Tab to it).
 """

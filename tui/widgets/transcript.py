@@ -43,7 +43,7 @@ class MessageView(Vertical, can_focus=True):
         self.notify(f"Copied {len(self.message.content):,} characters", timeout=2)
 
     async def action_fork(self) -> None:
-        await self.app.fork_at(self.message)  # (tui/chat_ops.py)
+        await self.app.fork_at(self.message)  # (tui/actions/cache_ops.py)
 
 
 class UserMessage(MessageView):

@@ -1,8 +1,8 @@
 """Where drafted tokens come from: prompt lookup (n-grams of the sequence's own tokens) or a draft model.
 
 A proposer gives up to k tokens that may follow a sequence, and for a sampled draft the distribution q
-each was drawn from. The target verifies them (core/spec_verify.py); a wrong draft costs time, never
-correctness. Per-sequence state lives on the sequence (seq.spec, see core/speculative.py).
+each was drawn from. The target verifies them (core/engine/spec/verify.py); a wrong draft costs time, never
+correctness. Per-sequence state lives on the sequence (seq.spec, see core/engine/spec/speculative.py).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ step verifies them in the same forward as everything else; after it, rejected to
 - propose(): a decoding sequence (all its tokens but the last computed) gets up to k drafted tokens in
   seq.draft_ids, k chosen per sequence from its recent acceptance (AdaptiveK). The scheduler counts them
   as extra tokens of that sequence (without preempting anyone for them), the runner feeds them after the
-  last token and returns the kept ones plus one more token (core/spec_verify.py).
+  last token and returns the kept ones plus one more token (core/engine/spec/verify.py).
 - settle(): the K/V of rejected tokens is never counted as computed, the blocks only they used are
   freed, and block hashes are registered for kept tokens only. The kept tokens then stream through the
   engine's usual per-token path (EOS, stop strings and max_tokens cut them exactly where one-at-a-time
