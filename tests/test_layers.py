@@ -184,7 +184,9 @@ def submodules(package: str) -> list[str]:
     submodules("llmchat.core.chats"),
     ["llmchat.core.backends.remote", "llmchat.core.backends.remote_ask", "llmchat.core.backends.remote_stats"],
     ["llmchat.core.config", "llmchat.core.user_config", "llmchat.tui.commands.cli"],
-], ids=["api", "chats", "remote", "cli"])
+    ["llmchat.tui.commands.models", "llmchat.core.weights.remove", "llmchat.core.kvdisk.owners",
+     "llmchat.tui.commands.cache"],  # `llmchat rm`, `models` and `cache` read files and headers only
+], ids=["api", "chats", "remote", "cli", "rm"])
 def test_importing_the_contract_and_the_remote_side_loads_neither_torch_nor_textual(modules):
     assert len(modules) >= 3
     loaded = loaded_after("\n".join(f"import {m}" for m in modules))

@@ -82,7 +82,7 @@ def test_rm_removes_llmchats_own_model_with_its_kv_blocks_and_no_others(stores, 
     from llmchat.core.kvdisk.entry import BlockKey, BlockLayout, encode_header
     from llmchat.core.kvdisk.folder import entry_path
     from llmchat.core.kvdisk.owners import read_owners, record_owner
-    from llmchat.core.kvdisk.tier import default_kv_disk_dir
+    from llmchat.core.kvdisk.folder import default_kv_disk_dir
     from llmchat.core.weights.resolve import cache_dir
 
     monkeypatch.setenv("LLMCHAT_CACHE_DIR", str(tmp_path / "own-cache"))  # (the tests' models/ is the user's own)

@@ -19,7 +19,8 @@ from ..chats.conversation import Conversation
 from ..config import DEFAULT_SPECULATIVE_TOKENS, EngineConfig
 from ..model.dense import generate_dense
 from ..engine.engine import LLMEngine
-from ..kvdisk.tier import DEFAULT_KV_DISK_BYTES, default_kv_disk_dir
+from ..kvdisk.folder import default_kv_disk_dir
+from ..kvdisk.tier import DEFAULT_KV_DISK_BYTES
 from ..model.loader import LoadedModel
 from .common import Results, chat_turn, cpu_description, filler_text, fixed, prompt_of_length, run_all
 from .speculative import run_speculative

@@ -13,8 +13,6 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from ..engine.block_manager import hash_block
-
 MAGIC = b"LLMCKV\x00\x01"
 LAYOUT_VERSION = 1  # bump when the payload's layout changes: older entries then read as misses
 _LENGTH = struct.Struct("<I")
@@ -94,6 +92,8 @@ def decode_entry(data: bytes | bytearray | memoryview, key: BlockKey, layout: Bl
         raise BadEntry(f"payload is {len(payload)} bytes, expected {layout.nbytes}")
     if zlib.crc32(payload) != header.get("crc32"):
         raise BadEntry("checksum mismatch")
+    from ..engine.block_manager import hash_block  # (here: reading headers, as `llmchat rm` does, loads no torch)
+
     if hash_block(key.parent_hash, key.token_ids, layout.fingerprint) != key.block_hash:
         raise BadEntry("the block hash is not the chain hash of its parent and tokens")
     return payload

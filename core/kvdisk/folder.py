@@ -20,6 +20,13 @@ TEMP_SUFFIX = ".tmp"
 STATS_FILE = "stats.json"
 
 
+def default_kv_disk_dir() -> Path:
+    """`<cache dir>/kv` ($LLMCHAT_CACHE_DIR overrides the cache dir, as for models)."""
+    from ..weights.resolve import cache_dir
+
+    return cache_dir() / "kv"
+
+
 @dataclass(slots=True)
 class FolderEntry:
     num_bytes: int

@@ -18,6 +18,7 @@ import torch
 from ..engine.block_manager import BlockManager
 from ..engine.kv_cache import PagedKVCache
 from .entry import BlockKey, BlockLayout
+from .folder import default_kv_disk_dir
 from ..api.metrics import DiskTierStats
 from ..config import DEFAULT_KV_DISK_GB
 from .owners import record_owner
@@ -25,13 +26,6 @@ from .store import KVDiskStore
 from ..engine.sequence import Sequence
 
 DEFAULT_KV_DISK_BYTES = int(DEFAULT_KV_DISK_GB * 1e9)  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)
-
-
-def default_kv_disk_dir() -> Path:
-    """`<cache dir>/kv` ($LLMCHAT_CACHE_DIR overrides the cache dir, as for models)."""
-    from ..weights.resolve import cache_dir
-
-    return cache_dir() / "kv"
 
 
 class KVDiskTier:

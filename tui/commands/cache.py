@@ -7,7 +7,7 @@ from ..text.format import nbytes
 
 
 def run_cache(args: argparse.Namespace) -> int:
-    from ...core.kvdisk.tier import default_kv_disk_dir
+    from ...core.kvdisk.folder import default_kv_disk_dir
     from ...core.kvdisk.folder import clear_store, read_lifetime_counters, scan
 
     root = default_kv_disk_dir()

@@ -76,7 +76,7 @@ def run_pull(args: argparse.Namespace) -> int:
 
 def run_rm(args: argparse.Namespace) -> int:
     from ...core.kvdisk.owners import remove_model_entries
-    from ...core.kvdisk.tier import default_kv_disk_dir
+    from ...core.kvdisk.folder import default_kv_disk_dir
     from ...core.weights.remove import plan_removal, remove_files
 
     plan = plan_removal(args.name)
