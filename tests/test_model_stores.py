@@ -68,6 +68,19 @@ def test_lm_studio_models_are_found_by_quantization_and_never_removed(stores, tm
     assert refused.returncode == 2 and "is LM Studio's" in refused.stderr and (folder / "Tiny-Q8_0.gguf").is_file()
 
 
+def test_lm_studios_chosen_models_directory_is_read_and_a_damaged_settings_file_ignored(stores, tmp_path):
+    chosen = tmp_path / "big-disk" / "lm-models"
+    write_tiny_gguf(chosen / "pub" / "Chosen-GGUF" / "Chosen-Q8_0.gguf", file_type=7)
+    settings = stores["home"] / ".lmstudio" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"downloadsFolder": str(chosen), "theme": "dark"}))
+    assert locate_model("lmstudio:pub/Chosen-GGUF") == chosen / "pub" / "Chosen-GGUF" / "Chosen-Q8_0.gguf"
+    assert "lmstudio:pub/Chosen-GGUF:Q8_0" in {e.name for e in list_models()[0]}
+    settings.write_text("{not json")
+    with pytest.raises(ModelLoadError):
+        locate_model("lmstudio:pub/Chosen-GGUF")
+
+
 @pytest.mark.slow
 def test_the_default_model_answers_from_ollamas_store_in_place(stores, default_gguf):
     ollama_store(stores["ollama"], "smollm2", "135m", default_gguf)

@@ -2,11 +2,13 @@
 
     <home>/models/<publisher>/<repo>/<file>.gguf      (as LM Studio's docs describe it)
 
-The home is the folder `~/.lmstudio-home-pointer` names, else `~/.lmstudio`; the pre-0.3 folder
-`~/.cache/lm-studio/models` is read too. A model is named `lmstudio:publisher/repo[:QUANT]` like a Hub repo.
+The home is the folder `~/.lmstudio-home-pointer` names, else `~/.lmstudio`; a models folder chosen in LM
+Studio's settings ("Models Directory": `downloadsFolder` in the home's `settings.json`) comes first; the pre-0.3
+folder `~/.cache/lm-studio/models` is read too. A model is named `lmstudio:publisher/repo[:QUANT]` like a Hub repo.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +31,19 @@ def lmstudio_roots() -> list[Path]:
     except OSError:
         pass
     homes.append(home / ".lmstudio")
-    roots = [h / "models" for h in homes] + [home / ".cache" / "lm-studio" / "models"]
+    roots = [chosen for h in homes if (chosen := _chosen_folder(h)) is not None]
+    roots += [h / "models" for h in homes] + [home / ".cache" / "lm-studio" / "models"]
     return [r for i, r in enumerate(roots) if r.is_dir() and r not in roots[:i]]
+
+
+def _chosen_folder(lmstudio_home: Path) -> Path | None:
+    """The models folder the user picked in LM Studio's settings, if any (a damaged file: none, as LM Studio)."""
+    try:
+        settings = json.loads((lmstudio_home / "settings.json").read_text())
+    except (OSError, ValueError):
+        return None
+    folder = settings.get("downloadsFolder") if isinstance(settings, dict) else None
+    return Path(folder).expanduser() if isinstance(folder, str) and folder.strip() else None
 
 
 def _repo_files(folder: Path) -> dict[str, int]:
