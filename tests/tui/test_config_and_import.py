@@ -6,7 +6,7 @@ from tui_helpers import SIZE, one_turn, press, quit_app, screen_text, wait_for
 
 from llmchat.core.chats.conversation import ChatSettings
 from llmchat.core.user_config import UserConfig
-from llmchat.tui import app as app_module
+from llmchat.tui import run as run_module
 from llmchat.tui.commands import cli
 from llmchat.tui.app import LlmChatApp
 from llmchat.tui.commands.export import chat_json
@@ -50,7 +50,7 @@ def test_llmchat_with_a_malformed_file_starts_with_defaults(tmp_path, monkeypatc
         def run(self):
             made["ran"] = True
 
-    monkeypatch.setattr(app_module, "LlmChatApp", RecordingApp)
+    monkeypatch.setattr(run_module, "LlmChatApp", RecordingApp)  # (where run_app looks it up)
     assert cli.main(["--data-dir", str(tmp_path / "d")]) == 0
     assert made["ran"] and made["user_config"] == UserConfig() and "line 2: key 'top_p'" in made["config_problem"]
     err = capsys.readouterr().err.strip().splitlines()
