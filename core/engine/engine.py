@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 
@@ -15,18 +16,21 @@ from ..cpu_load import ThreadGovernor
 from ..cpu_threads import plan_threads
 from ..api.events import EngineEvent, Finished, Started, TextDelta
 from .kv_cache import PagedKVCache, default_kv_cache_bytes
+from .stats_snapshot import engine_stats
 from ..kvdisk.tier import KVDiskTier, kv_disk_root
 from ..model.loader import LoadedModel
-from ..api.metrics import EngineStats, LiveRequest, PrefixTiers, RequestMetrics, StatsWindow, StepStats, now
+from ..api.metrics import EngineStats, PrefixTiers, RequestMetrics, StatsWindow, StepStats, now
 from .reuse_memory import ReuseMemory
 from .runner import ModelRunner
 from ..api.params import SamplingParams
 from ..model.sampling import make_generator
 from .scheduler import ScheduledBatch, Scheduler
-from .sequence import FinishReason, Sequence, SequenceStatus
+from .sequence import FinishReason, Sequence
 from .spec.speculative import SpecStep, build_speculator
 from ..text.stop import StopStringMatcher
 from ..text.tokenizer import IncrementalDetokenizer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -63,8 +67,12 @@ class LLMEngine:
         )
         self.kv_disk: KVDiskTier | None = None
         if config.kv_disk_bytes > 0 and config.enable_prefix_caching:
-            self.kv_disk = KVDiskTier.open(kv_disk_root(config.kv_disk_dir), config.kv_disk_bytes, self.kv_cache,
-                                           self.block_manager, str(loaded.folder))
+            root = kv_disk_root(config.kv_disk_dir)
+            try:  # a read-only or full cache folder costs the tier, never the engine
+                self.kv_disk = KVDiskTier.open(root, config.kv_disk_bytes, self.kv_cache, self.block_manager,
+                                               str(loaded.folder))
+            except OSError as e:
+                log.warning("the disk tier at %s cannot be opened (%s): replies are computed without it", root, e)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, config.max_num_batched_tokens,
                                    self.kv_disk)
         self.runner = ModelRunner(model, self.kv_cache, config.kernel_backend)
@@ -176,7 +184,9 @@ class LLMEngine:
                 self.reuse.admitted(seq)
                 events.append(Started(seq.request_id, tuple(seq.token_ids[: seq.num_prompt_tokens]),
                                       max(seq.num_cached_tokens, 0), seq.num_disk_tokens))
-        tokens = self.runner.run(batch)
+        tokens, failed = self.runner.run(batch)
+        if failed:  # a row that could not be sampled ends its own request; the rest of the batch goes on
+            batch, tokens = self._drop_failed(batch, tokens, failed, events)
         newly_hashed: list[int] = []  # blocks hashed this step, while the kept drafts sit in token_ids
         spec = self.speculator.settle(batch, tokens, lambda b: newly_hashed.extend(self.scheduler.postprocess(b)))
         if self.kv_disk is not None and newly_hashed:
@@ -188,6 +198,19 @@ class LLMEngine:
                 if not seq.is_finished:
                     events.extend(self._append_token(seq, token, end, drafted=j < len(new_ids) - 1))
         return events
+
+    def _drop_failed(self, batch: ScheduledBatch, tokens: list[list[int]], failed: dict[int, str],
+                     events: list[EngineEvent]) -> tuple[ScheduledBatch, list[list[int]]]:
+        """Finish the sequences whose sampling failed (their blocks freed before this step's are hashed, so
+        no KV from a bad forward is cached) and return the batch without them."""
+        keep = [i for i in range(len(batch.seqs)) if i not in failed]
+        for i, error in failed.items():
+            seq = batch.seqs[i]
+            seq.draft_ids, seq.draft_probs = [], None
+            self.scheduler.finish(seq, FinishReason.ERROR)
+            events.extend(self._finish_stream(seq, error))
+        kept = ScheduledBatch([batch.seqs[i] for i in keep], [batch.num_new_tokens[i] for i in keep])
+        return kept, [tokens[i] for i in keep]
 
     def _append_token(self, seq: Sequence, token: int, t: float, drafted: bool = False) -> list[EngineEvent]:
         seq.token_ids.append(token)
@@ -245,41 +268,7 @@ class LLMEngine:
 
     # -- stats ------------------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        bm = self.block_manager
-        tokens_per_s, gb_per_s = self.window.decode_rates()
-        return EngineStats(
-            num_blocks_total=bm.num_blocks,
-            num_blocks_used=bm.num_used_blocks,
-            num_blocks_cached_free=bm.num_cached_free_blocks,
-            num_blocks_free=bm.num_empty_blocks,
-            block_size=bm.block_size,
-            kv_bytes_per_token=self.kv_cache.bytes_per_token,
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting),
-            prefix_cache_hit_rate=self.window.hit_rate(),
-            recent_ttft=tuple(self.window.ttft),
-            recent_tpot=tuple(self.window.tpot),
-            decode_tokens_per_s=tokens_per_s,
-            decode_bandwidth_gb_s=gb_per_s,
-            num_preemptions=self.window.num_preemptions,
-            spec_acceptance_rate=self.window.spec_rates()[0],
-            spec_tokens_per_step=self.window.spec_rates()[1],
-            requests=tuple(self._live(seq) for seq in (*self.scheduler.running, *self.scheduler.waiting)),
-            disk=self.kv_disk.stats() if self.kv_disk is not None else None,
-            prefix_disk_hit_rate=self.window.disk_hit_rate(),
-            num_threads=self.threads.num_threads,
-            num_cpus=self.threads.plan.num_cpus,
-            threads_adaptive=self.threads.plan.adaptive,
-        )
-
-    @staticmethod
-    def _live(seq: Sequence) -> LiveRequest:
-        t = seq.timings
-        return LiveRequest(
-            seq.request_id, seq.status is SequenceStatus.WAITING, seq.num_prompt_tokens, max(seq.num_cached_tokens, 0),
-            min(seq.num_computed_tokens, seq.num_prompt_tokens), seq.num_output_tokens, t.ttft(), t.tpot(),
-            seq.num_preemptions,
-        )
+        return engine_stats(self)
 
     # -- where each conversation's prefix lives (core/engine/chains.py) ------------------------------
     def residency(self) -> dict[Hashable, tuple[int, ...]]:

@@ -57,15 +57,16 @@ class ModelRunner:
         return tensor(input_ids, torch.int64), tensor(positions, torch.int64), meta, spans
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> list[list[int]]:
+    def run(self, batch: ScheduledBatch) -> tuple[list[list[int]], dict[int, str]]:
         """Forward the batch; per sequence its new tokens: none while prefilling, one sampled token, or the
-        drafted tokens the target kept plus one more (core/engine/spec/verify.py)."""
+        drafted tokens the target kept plus one more (core/engine/spec/verify.py); and the sequences (by
+        index in the batch) whose sampling failed, with the reason."""
         input_ids, positions, meta, spans = self.prepare(batch)
         kv = PagedKV(self.kv_cache, meta, self.scale, self.kernel_backend)
         hidden = self.model(input_ids, positions, kv)
         rows = [first + j for first, n in spans for j in range(n)]
         if not rows:
-            return [[] for _ in batch.seqs]
+            return [[] for _ in batch.seqs], {}
         logits = self.model.compute_logits(hidden[rows])  # [num_rows, vocab]
         packed, offset = [], 0
         for _, n in spans:  # the rows of each sequence, renumbered within logits

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ...model.sampling import SamplingParams, filtered_probs, sample
+from ...model.sampling import SamplingError, SamplingParams, filtered_probs, sample, sample_each
 
 
 def verify_drafts(logits: torch.Tensor, draft_ids: list[int], draft_probs: torch.Tensor | None,
@@ -53,19 +53,28 @@ def verify_drafts(logits: torch.Tensor, draft_ids: list[int], draft_probs: torch
     return out
 
 
-def sample_spans(logits: torch.Tensor, spans: list[tuple[int, int]], seqs: list) -> list[list[int]]:
-    """New tokens per sequence. logits `[num_rows, vocab]` hold, for each sequence in turn, num_rows rows
+def sample_spans(logits: torch.Tensor, spans: list[tuple[int, int]], seqs: list
+                 ) -> tuple[list[list[int]], dict[int, str]]:
+    """New tokens per sequence, and the sequences (by index) whose sampling failed, with the reason: a bad
+    row ends only its own request. logits `[num_rows, vocab]` hold, for each sequence in turn, num_rows rows
     (spans: (first row, num_rows)); num_rows 0: still prefilling, 1: an ordinary next token (sample()),
     more: num_rows - 1 drafted tokens to verify."""
     out: list[list[int]] = [[] for _ in seqs]
+    failed: dict[int, str] = {}
     plain = [i for i, (_, n) in enumerate(spans) if n == 1]
     if plain:
         rows = [spans[i][0] for i in plain]
-        tokens = sample(logits[rows], [seqs[i].params for i in plain], [seqs[i].generator for i in plain])
+        tokens = sample_each(logits[rows], [seqs[i].params for i in plain], [seqs[i].generator for i in plain])
         for i, token in zip(plain, tokens):
-            out[i] = [token]
+            if isinstance(token, SamplingError):
+                failed[i] = str(token)
+            else:
+                out[i] = [token]
     for i, ((first, n), seq) in enumerate(zip(spans, seqs)):
         if n > 1:
-            out[i] = verify_drafts(logits[first : first + n], seq.draft_ids[: n - 1], seq.draft_probs,
-                                   seq.params, seq.generator)
-    return out
+            try:
+                out[i] = verify_drafts(logits[first : first + n], seq.draft_ids[: n - 1], seq.draft_probs,
+                                       seq.params, seq.generator)
+            except (ValueError, RuntimeError) as e:  # torch.multinomial refuses a vector summing to 0
+                failed[i] = str(e) if isinstance(e, SamplingError) else f"sampling failed: {e}"
+    return out, failed
