@@ -33,6 +33,7 @@ from .entry import BadEntry, BlockKey, BlockLayout, decode_entry, encode_header
 log = logging.getLogger(__name__)
 
 MAX_PENDING_BYTES = 512 << 20  # writes queued beyond this are dropped (counted), never allowed to stall decoding
+WRITE_PAUSE_S = 60.0  # after a failed write (full or read-only disk, I/O error) writes stop this long (dropped)
 
 
 class KVDiskStore:
@@ -52,6 +53,8 @@ class KVDiskStore:
         self._pending: set[bytes] = set()
         self._pending_bytes = 0
         self._temp_ids = iter(range(1 << 62))
+        self._writes_paused_until = 0.0  # time.monotonic(): after a failed write, new writes are dropped until then
+        self.write_error: str | None = None  # the first failed write's reason (one notice per process)
         self._queue: queue.Queue[tuple[BlockKey, torch.Tensor] | None] = queue.Queue()
         self._writer = threading.Thread(target=self._write_loop, name="llmchat-kv-disk", daemon=True)
         self._writer.start()
@@ -81,12 +84,13 @@ class KVDiskStore:
         try:
             with open(path, "rb") as f:
                 data = bytearray(os.fstat(f.fileno()).st_size)  # writable: the payload becomes a tensor view
-                if f.readinto(data) != len(data):
-                    raise OSError("short read")
-        except OSError:
+                num_read = f.readinto(data)
+        except OSError:  # gone (evicted by another process) or unreadable: a miss
             self._drop(key.block_hash)
             return None
         try:
+            if num_read != len(data):  # cut short while we read it: entries are renamed whole, so it is damaged
+                raise BadEntry(f"short read: {num_read} of {len(data)} bytes")
             payload = decode_entry(data, key, self.layout)
         except BadEntry as e:
             log.warning("disk KV entry %s is bad (%s): removed, the block is recomputed", path.name, e)
@@ -115,7 +119,8 @@ class KVDiskStore:
         with self._lock:
             if key.block_hash in self._index or key.block_hash in self._pending:
                 return False
-            if self._pending_bytes + self.layout.nbytes > MAX_PENDING_BYTES:
+            if self._pending_bytes + self.layout.nbytes > MAX_PENDING_BYTES or \
+                    time.monotonic() < self._writes_paused_until:
                 self.counters.num_dropped += 1
                 return False
             self._pending.add(key.block_hash)
@@ -161,7 +166,9 @@ class KVDiskStore:
                 if self._queue.empty():
                     self._evict_over_budget()
                     self._save_counters()
-            except Exception:  # noqa: BLE001 - a full or read-only disk costs the tier, never the engine
+            except OSError as e:  # a full or read-only disk, an I/O error: it costs the tier, never the engine
+                self._write_failed(e)
+            except Exception:  # noqa: BLE001 - a bug here costs the tier, never the engine
                 log.exception("disk KV write failed")
             finally:
                 if item is not None:
@@ -193,6 +200,19 @@ class KVDiskStore:
             self._num_bytes += size - (old.num_bytes if old else 0)
             self._index[key.block_hash] = FolderEntry(size, time.time())
             self.counters.num_writes += 1
+
+    def _write_failed(self, error: OSError) -> None:
+        """Stop writing for a while (the queued writes are dropped, counted); say so once per process."""
+        with self._lock:
+            self._writes_paused_until = time.monotonic() + WRITE_PAUSE_S
+            self.counters.num_dropped += 1
+            first = self.write_error is None
+            if first:
+                self.write_error = error.strerror or str(error)
+        if first:
+            log.warning("the disk tier cannot write to %s (%s): replies are computed as usual, its new blocks are "
+                        "not kept on disk; free space or fix the folder (or use --no-kv-disk)", self.root,
+                        self.write_error)
 
     def _evict_over_budget(self) -> None:
         """Remove the least recently used entries until the store is back under 90% of its budget."""

@@ -9,7 +9,9 @@ writer thread (core/kvdisk/store.py).
 """
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Sequence as Seq
 from pathlib import Path
 
@@ -25,6 +27,10 @@ from .owners import record_owner
 from .store import KVDiskStore
 from ..engine.sequence import Sequence
 
+log = logging.getLogger(__name__)
+
+SLOW_READ_S = 1.0  # an entry read slower than this: the disk is slow, reading it costs more than recomputing
+SLOW_PAUSE_S = 60.0  # ... so the tier is not read again for this long (lookups miss; writes go on)
 DEFAULT_KV_DISK_BYTES = int(DEFAULT_KV_DISK_GB * 1e9)  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)
 
 
@@ -35,6 +41,8 @@ class KVDiskTier:
         self.block_manager = block_manager
         self.block_shape = kv_cache.block_shape
         self.dtype = kv_cache.k[0].dtype
+        self._reads_paused_until = 0.0  # time.monotonic(); set by a slow read
+        self.slow_notice: str | None = None  # the first slow read (one notice per process)
 
     @classmethod
     def open(cls, root: Path, budget_bytes: int, kv_cache: PagedKVCache, block_manager: BlockManager,
@@ -57,6 +65,8 @@ class KVDiskTier:
     def match(self, seq: Sequence, start_block: int, max_blocks: int) -> int:
         """How many blocks from start_block on (below max_blocks) have an entry; seq.block_hashes must be current."""
         n = 0
+        if time.monotonic() < self._reads_paused_until:
+            return 0
         for i in range(start_block, max_blocks):
             if not self.store.contains(seq.block_hashes[i], probe_disk=True):
                 break
@@ -66,11 +76,22 @@ class KVDiskTier:
     def load(self, seq: Sequence, start_block: int, block_ids: Seq[int]) -> int:
         """Copy the entries of blocks start_block.. into block_ids; how many verified (the rest is a miss)."""
         for j, block_id in enumerate(block_ids):
+            start = time.monotonic()
             payload = self.store.read(self._key(seq, start_block + j))
             if payload is None:
                 return j
             self.kv_cache.write_block(block_id, torch.frombuffer(payload, dtype=self.dtype).view(self.block_shape))
+            if time.monotonic() - start > SLOW_READ_S:  # a slow disk: the rest of this prompt is computed
+                self._read_was_slow(time.monotonic() - start)
+                return j + 1
         return len(block_ids)
+
+    def _read_was_slow(self, seconds: float) -> None:
+        self._reads_paused_until = time.monotonic() + SLOW_PAUSE_S
+        if self.slow_notice is None:
+            self.slow_notice = f"a disk KV read took {seconds:.1f} s"
+            log.warning("the disk tier at %s is slow (%s): prompts are computed instead of read for the next "
+                        "%.0f s", self.store.root, self.slow_notice, SLOW_PAUSE_S)
 
     # -- the engine's side ------------------------------------------------------------------
     def save(self, block_ids: Seq[int]) -> None:
