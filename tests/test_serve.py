@@ -166,7 +166,7 @@ def test_many_concurrent_connections_get_answers_or_429_and_the_server_lives_on(
     async def one(http: httpx.AsyncClient, i: int) -> int:
         body = {"messages": [{"role": "user", "content": f"number {i}"}], "max_tokens": 2}
         response = await http.post(tiny_server.url + "/chat/completions", json=body)
-        assert response.status_code in (200, 429), response.text
+        assert response.status_code in (200, 429, 503), response.text  # 503: past --max-connections (256)
         if response.status_code == 200:
             assert response.json()["usage"]["completion_tokens"] <= 2
         else:

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..api.events import Finished, TextDelta
-from .request import ApiError, ParsedRequest, decode_body, parse_chat, parse_completion
+from .request import ApiError, ParsedRequest, decode_body, parse_chat, parse_completion, read_capped_body
 from .response import SSE_DONE, Reply, sse
 from .served_engine import RequestStream, ServedEngine
 from .metrics import CONTENT_TYPE
@@ -123,7 +123,7 @@ class OpenAIServer:
     async def _parse(self, request: Request, parse) -> ParsedRequest:
         self._check_key(request)
         try:
-            body = decode_body(await request.body())
+            body = decode_body(await read_capped_body(request))
         except ClientDisconnect:
             raise ApiError(400, "the client went away before sending the whole body") from None
         parsed = parse(body, self.max_context)

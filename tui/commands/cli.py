@@ -93,10 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", parents=[model_args], help="serve the embedded engine as an OpenAI-compatible API")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = a free one, printed)")
-    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 requests")
+    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' on /v1 requests "
+                       "(default: $LLMCHAT_API_KEY if set)")
     serve.add_argument("--served-model-name", default=None, help="the model's name in the API (default: its file name)")
     serve.add_argument("--max-num-seqs", type=int, default=16, help="requests decoded together (default 16)")
     serve.add_argument("--max-pending", type=int, default=512, help="requests in flight before 429 (default 512)")
+    serve.add_argument("--max-connections", type=int, default=256, help="open connections before new ones get "
+                       "503 at once (default 256)")
+    serve.add_argument("--header-timeout", type=float, default=10.0, help="seconds a connection may take to send "
+                       "a request's headers before it is closed (default 10)")
 
     pull = sub.add_parser("pull", help="download a model by name (default: the default model, and build the CPU "
                           "kernels now, else done on first use)")

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
+import os
 import socket
 import sys
 
@@ -36,15 +38,19 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be from 0 to 65535, got {args.port}")
     if args.max_pending < 1:
         raise ValueError("--max-pending must be at least 1")
+    args.api_key = args.api_key or os.environ.get("LLMCHAT_API_KEY") or None
+    if args.header_timeout <= 0 or args.max_connections < 1:
+        raise ValueError("--header-timeout must be positive and --max-connections at least 1")
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if not is_loopback(args.host) and not args.api_key:
-        say(f"llmchat serve: warning: listening on {args.host} without --api-key: anyone who can reach this "
+        say(f"llmchat serve: warning: listening on {args.host} without --api-key (or LLMCHAT_API_KEY): anyone who can reach this "
             "machine can use the model; pass --api-key KEY")
     sock = bind_socket(args.host, args.port)  # before the model loads: a taken port fails at once
     import uvicorn
 
     from ...core.engine.engine import LLMEngine
     from ...core.model.loader import load_model_for
+    from ...core.serve.connections import GuardedH11Protocol
     from ...core.serve.server import OpenAIServer
     from ...core.serve.served_engine import ServedEngine
     from ...core.config import model_label
@@ -60,8 +66,11 @@ def run_serve(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     say(f"llmchat serve: {served.info.model_name} on http://{shown}:{port}/v1 (metrics: /metrics; Ctrl+C stops)")
+    protocol = functools.partial(GuardedH11Protocol, header_timeout=args.header_timeout,
+                                 max_connections=args.max_connections)
     uv = uvicorn.Server(uvicorn.Config(server.app, log_level="warning", timeout_graceful_shutdown=3,
-                                       access_log=False, ws="none", lifespan="off"))
+                                       access_log=False, ws="none", lifespan="off", http=protocol,
+                                       timeout_keep_alive=5, h11_max_incomplete_event_size=16 << 10))
     try:
         uv.run(sockets=[sock])
     except KeyboardInterrupt:  # Ctrl+C: uvicorn has closed the connections already; a clean stop
