@@ -30,14 +30,23 @@ class GuardedH11Protocol(H11Protocol):
         self.header_timeout = header_timeout
         self.max_connections = max_connections
         self._head_deadline: asyncio.TimerHandle | None = None
+        self._refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
+            # answer, then drain what the client sends for a moment: closing with its request unread would
+            # reset the connection and the client would never read why
+            self._refused = True
             transport.write(REFUSAL)
-            transport.close()
+            transport.write_eof()
+            self.loop.call_later(1.0, transport.close)
             return
         self._arm_header_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._refused:
+            super().data_received(data)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
