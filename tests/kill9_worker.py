@@ -21,6 +21,7 @@ for turn in range(1000):
     chats = store.list_chats()
     conv = store.load_chat(chats[-1].chat_id) if chats and turn % 3 else store.create_chat()
     if turn % 2:
+        print("OP", flush=True)  # the soak kills some rounds right here, as the rename is stored
         conv.rename(f"round {round_no} turn {turn}")  # a chat operation the kill may land in
     user, reply = conv.start_turn(f"tell me about number {round_no * 1000 + turn}")
     prompt = prompt_ids_for(loaded.tokenizer, conv.template_messages())

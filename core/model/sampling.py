@@ -72,7 +72,7 @@ def sample_each(logits: torch.Tensor, params: list[SamplingParams],
     for row, (p, gen) in enumerate(zip(params, generators)):
         try:
             if p.greedy:
-                out.append(greedy_ids[row] if all_finite else _greedy_of_damaged_row(logits[row]))
+                out.append(greedy_ids[row] if all_finite else greedy_of_damaged_row(logits[row]))
             else:
                 probs = filtered_probs(logits[row].cpu(), p)
                 out.append(int(torch.multinomial(probs, 1, generator=gen).item()))
@@ -81,7 +81,7 @@ def sample_each(logits: torch.Tensor, params: list[SamplingParams],
     return out
 
 
-def _greedy_of_damaged_row(row: torch.Tensor) -> int:
+def greedy_of_damaged_row(row: torch.Tensor) -> int:
     """argmax of a row with NaN or inf in it (torch.argmax would pick a NaN)."""
     row = torch.nan_to_num(row.float(), nan=float("-inf"), posinf=torch.finfo(torch.float32).max)
     if not torch.isfinite(row.max()):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ...model.sampling import SamplingError, SamplingParams, filtered_probs, sample, sample_each
+from ...model.sampling import SamplingError, SamplingParams, filtered_probs, greedy_of_damaged_row, sample, sample_each
 
 
 def verify_drafts(logits: torch.Tensor, draft_ids: list[int], draft_probs: torch.Tensor | None,
@@ -27,7 +27,10 @@ def verify_drafts(logits: torch.Tensor, draft_ids: list[int], draft_probs: torch
     k = len(draft_ids)
     assert logits.shape[0] == k + 1 and (draft_probs is None or draft_probs.shape[0] >= k)
     if params.greedy:
-        best = torch.argmax(logits, dim=-1).tolist()
+        if torch.isfinite(logits).all():
+            best = torch.argmax(logits, dim=-1).tolist()
+        else:  # torch.argmax would pick a NaN; a row with no finite logit raises SamplingError
+            best = [greedy_of_damaged_row(row) for row in logits]
         kept = 0
         while kept < k and draft_ids[kept] == best[kept]:
             kept += 1
