@@ -111,9 +111,25 @@ def rss_mb(pid: int) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_rss_stays_bounded_through_1000_clients_that_drop_mid_stream(tiny_model_dir):
-    server = Server("--model", str(tiny_model_dir), "--kv-cache-gb", "0.01", "--no-kv-disk", "--max-pending", "64")
+    server = Server("--model", str(tiny_model_dir), "--kv-cache-gb", "0.01", "--no-kv-disk", "--max-pending", "64",
+                    "--header-timeout", "3")  # the default --max-connections (256)
     try:
         before = rss_mb(server.proc.pid)
+        slow = [connect(server) for _ in range(200)]  # 200 clients sending their headers a byte a second
+        t = time.perf_counter()
+        for second in range(5):
+            for sock in slow:
+                try:
+                    sock.send(b"POST /v1/chat/completions HTTP/1.1\r\n"[second : second + 1])
+                except OSError:
+                    pass
+            assert httpx.post(server.url + "/chat/completions", json=CHAT, timeout=60).status_code == 200
+            time.sleep(1)
+        closed = sum(1 for sock in slow if sock.recv(100) == b"")
+        print(f"\n200 slow-header clients: {closed} closed by the server within {time.perf_counter() - t:.1f} s")
+        assert closed == 200
+        for sock in slow:
+            sock.close()
         body = json.dumps({**CHAT, "max_tokens": 200, "stream": True}).encode()
         latencies: list[float] = []
         stop = threading.Event()
