@@ -70,7 +70,7 @@ def _nibbles16(qs: torch.Tensor) -> torch.Tensor:
 
 def _bits32(qh: torch.Tensor) -> torch.Tensor:
     """qh uint8 [n, 4] -> [n, 32] int: bit i of the little-endian 32-bit word."""
-    bits = (qh.int().unsqueeze(-1) >> torch.arange(8)) & 1  # [n, 4, 8]
+    bits = (qh.int().unsqueeze(-1) >> torch.arange(8, device=qh.device)) & 1  # [n, 4, 8]
     return bits.reshape(qh.shape[0], 32)
 
 
@@ -119,7 +119,7 @@ def _dequant_q4_k(b: torch.Tensor) -> torch.Tensor:
 
 def _dequant_q5_k(b: torch.Tensor) -> torch.Tensor:
     sc, mn = _k_scales(b[:, 4:16])
-    high = (b[:, 16:48].int().unsqueeze(1) >> torch.arange(8).view(1, 8, 1)) & 1  # [n, 8, 32]
+    high = (b[:, 16:48].int().unsqueeze(1) >> torch.arange(8, device=b.device).view(1, 8, 1)) & 1  # [n, 8, 32]
     q = _k_nibbles(b[:, 48:176]) | (high << 4)
     w = _f16(b, 0).unsqueeze(-1) * sc.unsqueeze(-1) * q - _f16(b, 2).unsqueeze(-1) * mn.unsqueeze(-1)
     return w.reshape(-1, 256)
@@ -129,7 +129,7 @@ def _dequant_q6_k(b: torch.Tensor) -> torch.Tensor:
     ql = b[:, 0:128].int().reshape(-1, 2, 1, 2, 32)  # [n, half, _, ql chunk, l]
     qh = b[:, 128:192].int().reshape(-1, 2, 1, 32)  # [n, half, _, l]
     low = torch.cat([ql & 15, ql >> 4], dim=2).reshape(-1, 2, 4, 32)  # groups g = 2 * nibble + chunk
-    high = (qh >> (2 * torch.arange(4).view(1, 1, 4, 1))) & 3  # [n, half, g, l]
+    high = (qh >> (2 * torch.arange(4, device=qh.device).view(1, 1, 4, 1))) & 3  # [n, half, g, l]
     q = (low | (high << 4)) - 32
     scales = b[:, 192:208].contiguous().view(torch.int8).float().repeat_interleave(16, dim=1)  # [n, 256]
     return _f16(b, 208) * scales * q.reshape(-1, 256).float()
@@ -138,7 +138,7 @@ def _dequant_q6_k(b: torch.Tensor) -> torch.Tensor:
 def _crumbs(qs: torch.Tensor) -> torch.Tensor:
     """qs uint8 [n, 64] -> [n, 8, 32] int: sub-block 4h + j = bits 2j..2j+1 of qs[32 h:][:32] (Q2_K, Q3_K)."""
     q = qs.int().reshape(-1, 2, 1, 32)
-    return ((q >> (2 * torch.arange(4).view(1, 1, 4, 1))) & 3).reshape(-1, 8, 32)
+    return ((q >> (2 * torch.arange(4, device=qs.device).view(1, 1, 4, 1))) & 3).reshape(-1, 8, 32)
 
 
 def _dequant_q2_k(b: torch.Tensor) -> torch.Tensor:
@@ -154,13 +154,13 @@ def _q3_k_scales(scales: torch.Tensor) -> torch.Tensor:
     0..7, high for 8..15), the top 2 bits of scale s at bits 2 (s // 4) of byte 8 + s % 4."""
     q = scales.int()
     low = torch.cat([q[:, 0:8] & 15, q[:, 0:8] >> 4], dim=1)
-    s = torch.arange(16)
+    s = torch.arange(16, device=scales.device)
     high = (q[:, 8 + s % 4] >> (2 * (s // 4))) & 3
     return (low | (high << 4)) - 32
 
 
 def _dequant_q3_k(b: torch.Tensor) -> torch.Tensor:
-    high = (b[:, 0:32].int().unsqueeze(1) >> torch.arange(8).view(1, 8, 1)) & 1  # [n, 8, 32]
+    high = (b[:, 0:32].int().unsqueeze(1) >> torch.arange(8, device=b.device).view(1, 8, 1)) & 1  # [n, 8, 32]
     q = (_crumbs(b[:, 32:96]) - 4 * (1 - high)).reshape(-1, 16, 16).float()
     dl = _f16(b, 108) * _q3_k_scales(b[:, 96:108]).float()  # [n, 16]
     return (dl.unsqueeze(-1) * q).reshape(-1, 256)
