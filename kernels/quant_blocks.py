@@ -14,6 +14,10 @@ ggml's `ggml-common.h` (little-endian; `d`, `m`, `dmin` are fp16):
               (s even) or high (s odd) nibbles of qs[32 * (s // 2):][:32]   w = d * sc_s * q - dmin * m_s
   Q5_K 176 B: as Q4_K with qh[32] before qs: bit s of qh[l] is the 5th bit of weight l of sub-block s
   Q6_K 210 B: ql[128], qh[64], int8 scales[16] (one per 16 weights), d      w = d * sc * (q - 32)
+  Q2_K  84 B: scales[16] (low nibble: scale, high: min, one per 16 weights), qs[64], d, dmin;
+              sub-block s of 32 (s = 4h + j) takes bits 2j..2j+1 of qs[32 h:][:32]   w = d * sc * q - dmin * m
+  Q3_K 110 B: hmask[32], qs[64], scales[12] (sixteen 6-bit values), d; weight l of sub-block s (s = 4h + j):
+              q = bits 2j..2j+1 of qs[32 h + l], minus 4 where bit s of hmask[l] is clear   w = d * (sc - 32) * q
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import torch
 # name -> (weights per block, bytes per block)
 BLOCK_LAYOUTS: dict[str, tuple[int, int]] = {
     "Q8_0": (32, 34), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
-    "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210),
+    "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "Q2_K": (256, 84), "Q3_K": (256, 110),
 }
 
 
@@ -66,7 +70,7 @@ def _nibbles16(qs: torch.Tensor) -> torch.Tensor:
 
 def _bits32(qh: torch.Tensor) -> torch.Tensor:
     """qh uint8 [n, 4] -> [n, 32] int: bit i of the little-endian 32-bit word."""
-    bits = (qh.int().unsqueeze(-1) >> torch.arange(8)) & 1  # [n, 4, 8]
+    bits = (qh.int().unsqueeze(-1) >> torch.arange(8, device=qh.device)) & 1  # [n, 4, 8]
     return bits.reshape(qh.shape[0], 32)
 
 
@@ -115,7 +119,7 @@ def _dequant_q4_k(b: torch.Tensor) -> torch.Tensor:
 
 def _dequant_q5_k(b: torch.Tensor) -> torch.Tensor:
     sc, mn = _k_scales(b[:, 4:16])
-    high = (b[:, 16:48].int().unsqueeze(1) >> torch.arange(8).view(1, 8, 1)) & 1  # [n, 8, 32]
+    high = (b[:, 16:48].int().unsqueeze(1) >> torch.arange(8, device=b.device).view(1, 8, 1)) & 1  # [n, 8, 32]
     q = _k_nibbles(b[:, 48:176]) | (high << 4)
     w = _f16(b, 0).unsqueeze(-1) * sc.unsqueeze(-1) * q - _f16(b, 2).unsqueeze(-1) * mn.unsqueeze(-1)
     return w.reshape(-1, 256)
@@ -125,15 +129,47 @@ def _dequant_q6_k(b: torch.Tensor) -> torch.Tensor:
     ql = b[:, 0:128].int().reshape(-1, 2, 1, 2, 32)  # [n, half, _, ql chunk, l]
     qh = b[:, 128:192].int().reshape(-1, 2, 1, 32)  # [n, half, _, l]
     low = torch.cat([ql & 15, ql >> 4], dim=2).reshape(-1, 2, 4, 32)  # groups g = 2 * nibble + chunk
-    high = (qh >> (2 * torch.arange(4).view(1, 1, 4, 1))) & 3  # [n, half, g, l]
+    high = (qh >> (2 * torch.arange(4, device=qh.device).view(1, 1, 4, 1))) & 3  # [n, half, g, l]
     q = (low | (high << 4)) - 32
     scales = b[:, 192:208].contiguous().view(torch.int8).float().repeat_interleave(16, dim=1)  # [n, 256]
     return _f16(b, 208) * scales * q.reshape(-1, 256).float()
 
 
+def _crumbs(qs: torch.Tensor) -> torch.Tensor:
+    """qs uint8 [n, 64] -> [n, 8, 32] int: sub-block 4h + j = bits 2j..2j+1 of qs[32 h:][:32] (Q2_K, Q3_K)."""
+    q = qs.int().reshape(-1, 2, 1, 32)
+    return ((q >> (2 * torch.arange(4, device=qs.device).view(1, 1, 4, 1))) & 3).reshape(-1, 8, 32)
+
+
+def _dequant_q2_k(b: torch.Tensor) -> torch.Tensor:
+    sc = b[:, 0:16].int()
+    q = _crumbs(b[:, 16:80]).reshape(-1, 16, 16).float()  # [n, 16 groups of 16]
+    d, dmin = _f16(b, 80), _f16(b, 82)
+    w = (d * (sc & 15).float()).unsqueeze(-1) * q - (dmin * (sc >> 4).float()).unsqueeze(-1)
+    return w.reshape(-1, 256)
+
+
+def _q3_k_scales(scales: torch.Tensor) -> torch.Tensor:
+    """Q3_K: 12 bytes -> sixteen 6-bit scales minus 32, int [n, 16]: low 4 bits from bytes 0..7 (low nibbles for
+    0..7, high for 8..15), the top 2 bits of scale s at bits 2 (s // 4) of byte 8 + s % 4."""
+    q = scales.int()
+    low = torch.cat([q[:, 0:8] & 15, q[:, 0:8] >> 4], dim=1)
+    s = torch.arange(16, device=scales.device)
+    high = (q[:, 8 + s % 4] >> (2 * (s // 4))) & 3
+    return (low | (high << 4)) - 32
+
+
+def _dequant_q3_k(b: torch.Tensor) -> torch.Tensor:
+    high = (b[:, 0:32].int().unsqueeze(1) >> torch.arange(8, device=b.device).view(1, 8, 1)) & 1  # [n, 8, 32]
+    q = (_crumbs(b[:, 32:96]) - 4 * (1 - high)).reshape(-1, 16, 16).float()
+    dl = _f16(b, 108) * _q3_k_scales(b[:, 96:108]).float()  # [n, 16]
+    return (dl.unsqueeze(-1) * q).reshape(-1, 256)
+
+
 _DEQUANT = {
     "Q8_0": _dequant_q8_0, "Q4_0": _dequant_q4_0, "Q4_1": _dequant_q4_1, "Q5_0": _dequant_q5_0,
     "Q5_1": _dequant_q5_1, "Q4_K": _dequant_q4_k, "Q5_K": _dequant_q5_k, "Q6_K": _dequant_q6_k,
+    "Q2_K": _dequant_q2_k, "Q3_K": _dequant_q3_k,
 }
 
 

@@ -8,7 +8,7 @@ from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS
 
 # byte offsets of each type's fp16 fields (d, m / dmin)
 F16_FIELDS = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2),
-              "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+              "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "Q2_K": (80, 82), "Q3_K": (108,)}
 
 
 def random_blocks(qtype: str, num_rows: int, num_cols: int, gen: torch.Generator, scale: float = 0.02) -> torch.Tensor:
@@ -35,12 +35,12 @@ def gguf_dequantize(qtype: str, data: torch.Tensor) -> torch.Tensor:
 
 # byte ranges of the quant bits (qs, qh) of the types the fast path computes as scale * u + offset (u unsigned)
 OFFSET_QUANT_BYTES = {"Q4_0": (2, 18), "Q4_1": (4, 20), "Q5_0": (2, 22), "Q5_1": (4, 24),
-                      "Q4_K": (16, 144), "Q5_K": (16, 176)}
+                      "Q4_K": (16, 144), "Q5_K": (16, 176), "Q2_K": (16, 80)}
 
 
 def summed_magnitude(qtype: str, data: torch.Tensor) -> torch.Tensor:
     """fp64 [out_features, in_features]: the size of the terms the fast path adds for each weight, |w| + 2|offset|
-    (it sums scale * u and the offset separately, |scale * u| <= |w| + |offset|); |w| for Q8_0 and Q6_K."""
+    (it sums scale * u and the offset separately, |scale * u| <= |w| + |offset|); |w| for Q8_0, Q6_K and Q3_K."""
     from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS, dequantize_blocks_ref
 
     magnitude = dequantize_blocks_ref(qtype, data).double().abs()

@@ -25,12 +25,13 @@ CFG = ModelConfig(
     num_attention_heads=4, num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-5, rope_theta=10000.0,
     max_position_embeddings=256, tie_word_embeddings=True,
 )
-# per layer: the stored kind of each projection (layer 1 holds an F16 q: its whole fused q/k/v goes fp32)
+# per layer: the stored kind of each projection (layer 1 holds an F16 q: its whole fused q/k/v goes fp32; its
+# o_proj and down_proj are the 2- and 3-bit K-quants, kept as stored too)
 KINDS = [
     {"q_proj": "Q4_K", "k_proj": "Q4_K", "v_proj": "Q6_K", "o_proj": "Q5_0", "gate_proj": "Q4_1",
      "up_proj": "Q4_1", "down_proj": "Q8_0"},
-    {"q_proj": "F16", "k_proj": "Q5_K", "v_proj": "Q5_1", "o_proj": "Q4_0", "gate_proj": "Q6_K",
-     "up_proj": "Q8_0", "down_proj": "Q4_K"},
+    {"q_proj": "F16", "k_proj": "Q5_K", "v_proj": "Q5_1", "o_proj": "Q3_K", "gate_proj": "Q6_K",
+     "up_proj": "Q8_0", "down_proj": "Q2_K"},
 ]
 
 
@@ -91,6 +92,8 @@ def test_quantized_model_matches_fp32_model_on_the_same_tensors(cpu_kernels, hea
     assert [p.qtype for p in layer0.self_attn.qkv_proj.parts] == ["Q4_K", "Q6_K"]  # q and k merged
     assert [p.qtype for p in layer0.mlp.gate_up_proj.parts] == ["Q4_1"]
     assert isinstance(layer1.self_attn.qkv_proj, Linear)  # an F16 part: fp32 for the whole fusion
+    assert [p.qtype for p in layer1.self_attn.o_proj.parts] == ["Q3_K"]
+    assert [p.qtype for p in layer1.mlp.down_proj.parts] == ["Q2_K"]
     assert (layer0.self_attn.qkv_proj.bias is not None) == bias == (layer1.self_attn.qkv_proj.bias is not None)
     assert isinstance(quantized.lm_head, QuantLinear) == (head_kind == "Q6_K")
     gen = torch.Generator().manual_seed(5)

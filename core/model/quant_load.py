@@ -2,8 +2,8 @@
 
 Each linear whose tensors are of a block type the kernels compute (kernels/quant_blocks.BLOCK_LAYOUTS) becomes
 a `QuantLinear` (fused q/k/v and gate/up: row-concatenated where the types agree); the embedding, if
-quantized, a `QuantEmbedding` that is also the tied head. Anything else (F16/BF16/F32 tensors, Q2_K/Q3_K) is
-dequantized to fp32 at load and takes the fp32 path. Norms and biases are fp32 (the activation dtype).
+quantized, a `QuantEmbedding` that is also the tied head. Anything else (F16/BF16/F32 tensors) is dequantized
+to fp32 at load and takes the fp32 path. Norms and biases are fp32 (the activation dtype).
 
 The model is made on the meta device first, so the fp32 storage of the linears it replaces is never allocated:
 resident memory is the file's tensors plus the fp32 ones.

@@ -17,22 +17,25 @@ struct ActRow {  // one activation row, quantized
   const int8_t* q;  // [K]
   const float* d;   // [K / 32] scales
   const float* s;   // [K / 32] d * sum of the block's q
+  const float* h;   // [K / 32] d * sum of the block's first 16 q (Q2_K's per-16 mins)
 };
 
-void quantize_row(const float* x, int64_t k, int8_t* q, float* d, float* s) {
+void quantize_row(const float* x, int64_t k, int8_t* q, float* d, float* s, float* h) {
   for (int64_t b = 0; b < k / 32; ++b) {
     const float* xb = x + 32 * b;
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
     const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-    int sum = 0;
+    int sum = 0, half = 0;
     for (int i = 0; i < 32; ++i) {
       const int v = int(std::nearbyint(xb[i] * inv));
       q[32 * b + i] = int8_t(v);
       sum += v;
+      if (i == 15) half = sum;
     }
     d[b] = scale;
     s[b] = scale * float(sum);
+    h[b] = scale * float(half);
   }
 }
 
@@ -57,6 +60,12 @@ struct DotVisitor {  // MT activation rows against one weight row
     for (int m = 0; m < MT; ++m)
       acc[m] = fma_dot(dot_signed_2scales(w, act[m].q + 32 * g, s0, s1), d * act[m].d[g], acc[m]);
   }
+  inline void u2(int g, V u, float d, int s0, int s1, float dmin, int m0, int m1) {
+    for (int m = 0; m < MT; ++m) {
+      acc[m] = fma_dot(dot_unsigned_2scales(u, act[m].q + 32 * g, s0, s1), d * act[m].d[g], acc[m]);
+      offset[m] -= dmin * (float(m0) * act[m].h[g] + float(m1) * (act[m].s[g] - act[m].h[g]));
+    }
+  }
 };
 
 struct DequantVisitor {  // one weight row -> fp32
@@ -65,6 +74,9 @@ struct DequantVisitor {  // one weight row -> fp32
   inline void ss(int g, V w, float scale) { to_floats_signed(w, scale, scale, out + 32 * g); }
   inline void s6(int g, V w, float d, int s0, int s1) {
     to_floats_signed(w, d * float(s0), d * float(s1), out + 32 * g);
+  }
+  inline void u2(int g, V u, float d, int s0, int s1, float dmin, int m0, int m1) {
+    to_floats_unsigned2(u, d * float(s0), -dmin * float(m0), d * float(s1), -dmin * float(m1), out + 32 * g);
   }
 };
 
@@ -108,6 +120,8 @@ void dequant_rows(const uint8_t* w, int64_t row_bytes, int num_blocks, const int
     case kQ5_0: FN<kQ5_0>(__VA_ARGS__); break;                               \
     case kQ5_1: FN<kQ5_1>(__VA_ARGS__); break;                               \
     case kQ8_0: FN<kQ8_0>(__VA_ARGS__); break;                               \
+    case kQ2_K: FN<kQ2_K>(__VA_ARGS__); break;                               \
+    case kQ3_K: FN<kQ3_K>(__VA_ARGS__); break;                               \
     case kQ4_K: FN<kQ4_K>(__VA_ARGS__); break;                               \
     case kQ5_K: FN<kQ5_K>(__VA_ARGS__); break;                               \
     case kQ6_K: FN<kQ6_K>(__VA_ARGS__); break;                               \
@@ -134,17 +148,17 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, int64
   auto y = torch::empty({num_rows, n_out}, xc.options());  // [num_rows, out_features]
   if (num_rows == 0 || n_out == 0) return y;
   auto q = torch::empty({num_rows, k}, xc.options().dtype(torch::kChar));  // [num_rows, in_features]
-  auto ds = torch::empty({2, num_rows, k / 32}, xc.options());  // scales and scaled sums per 32-block
+  auto ds = torch::empty({3, num_rows, k / 32}, xc.options());  // scales, scaled sums, first-half sums
   const float* xp = xc.data_ptr<float>();
   int8_t* qp = q.data_ptr<int8_t>();
   float* dp = ds.data_ptr<float>();
   std::vector<ActRow> act(num_rows);
   for (int64_t m = 0; m < num_rows; ++m) {
-    act[m] = {qp + m * k, dp + m * (k / 32), dp + (num_rows + m) * (k / 32)};
+    act[m] = {qp + m * k, dp + m * (k / 32), dp + (num_rows + m) * (k / 32), dp + (2 * num_rows + m) * (k / 32)};
   }
   at::parallel_for(0, num_rows, 1, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) quantize_row(xp + m * k, k, qp + m * k, dp + m * (k / 32),
-                                                   dp + (num_rows + m) * (k / 32));
+                                                   dp + (num_rows + m) * (k / 32), dp + (2 * num_rows + m) * (k / 32));
   });
   const uint8_t* wp = w.data_ptr<uint8_t>();
   const int64_t row_bytes = w.size(1);

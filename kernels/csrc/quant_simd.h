@@ -61,6 +61,12 @@ inline V high_bits(const uint8_t* qh, int shift, int mask) {
   const __m256i q = _mm256_srl_epi16(load32(qh), _mm_cvtsi32_si128(shift));
   return _mm256_slli_epi16(_mm256_and_si256(q, _mm256_set1_epi8(char(mask))), 4);
 }
+// 32 bytes, ((p[l] >> shift) & (bit count 2: 3, else 1)) << up in byte l (Q2_K / Q3_K quants and hmask bits):
+// mask 3 for up = 0 (two quant bits), 1 otherwise (one hmask bit)
+inline V crumbs32(const uint8_t* p, int shift, int up) {
+  const __m256i q = _mm256_srl_epi16(load32(p), _mm_cvtsi32_si128(shift));
+  return _mm256_sll_epi16(_mm256_and_si256(q, _mm256_set1_epi8(up ? 1 : 3)), _mm_cvtsi32_si128(up));
+}
 inline I dot_u8_s8(V u, V a) {  // sum of u[i] * a[i] in 8 lanes; u <= 128 keeps maddubs' int16 pairs exact
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, a);
@@ -79,6 +85,11 @@ inline I dot_signed_2scales(V w, const int8_t* a, int s0, int s1) {
   const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(av, w));
   return _mm256_madd_epi16(pairs, _mm256_setr_m128i(_mm_set1_epi16(short(s0)), _mm_set1_epi16(short(s1))));
 }
+// Q2_K: unsigned weights 0..3 with one scale for bytes 0..15 and another for 16..31
+inline I dot_unsigned_2scales(V u, const int8_t* a, int s0, int s1) {
+  const __m256i pairs = _mm256_maddubs_epi16(u, load32(reinterpret_cast<const uint8_t*>(a)));
+  return _mm256_madd_epi16(pairs, _mm256_setr_m128i(_mm_set1_epi16(short(s0)), _mm_set1_epi16(short(s1))));
+}
 inline F fzero() { return _mm256_setzero_ps(); }
 inline F fma_dot(I dot, float scale, F acc) {
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(scale), acc);
@@ -94,6 +105,15 @@ inline void to_floats_unsigned(V u, float scale, float coef, float* out) {
   const __m128i halves[2] = {_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)};
   for (int j = 0; j < 4; ++j) {
     const __m128i part = (j & 1) ? _mm_srli_si128(halves[j / 2], 8) : halves[j / 2];
+    _mm256_storeu_ps(out + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part)), s, c));
+  }
+}
+// 32 unsigned bytes -> out[i] = scale * u[i] + coef, (scale, coef) = lo for i < 16, hi for 16..31
+inline void to_floats_unsigned2(V u, float scale_lo, float coef_lo, float scale_hi, float coef_hi, float* out) {
+  const __m128i halves[2] = {_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1)};
+  for (int j = 0; j < 4; ++j) {
+    const __m128i part = (j & 1) ? _mm_srli_si128(halves[j / 2], 8) : halves[j / 2];
+    const __m256 s = _mm256_set1_ps(j < 2 ? scale_lo : scale_hi), c = _mm256_set1_ps(j < 2 ? coef_lo : coef_hi);
     _mm256_storeu_ps(out + 8 * j, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part)), s, c));
   }
 }
@@ -133,6 +153,16 @@ inline V high_bits(const uint8_t* qh, int shift, int mask) {
   for (int i = 0; i < 32; ++i) v.b[i] = uint8_t(((qh[i] >> shift) & mask) << 4);
   return v;
 }
+inline V crumbs32(const uint8_t* p, int shift, int up) {
+  V v;
+  for (int i = 0; i < 32; ++i) v.b[i] = uint8_t(((p[i] >> shift) & (up ? 1 : 3)) << up);
+  return v;
+}
+inline I dot_unsigned_2scales(V u, const int8_t* a, int s0, int s1) {
+  I lo = 0, hi = 0;
+  for (int i = 0; i < 16; ++i) { lo += int(u.b[i]) * a[i]; hi += int(u.b[i + 16]) * a[i + 16]; }
+  return lo * s0 + hi * s1;
+}
 inline I dot_unsigned(V u, const int8_t* a) { I s = 0; for (int i = 0; i < 32; ++i) s += int(u.b[i]) * a[i]; return s; }
 inline I dot_signed(V w, const int8_t* a) {
   I s = 0;
@@ -149,6 +179,9 @@ inline F fma_dot(I dot, float scale, F acc) { return acc + float(dot) * scale; }
 inline float hsum(F v) { return v; }
 inline void to_floats_unsigned(V u, float scale, float coef, float* out) {
   for (int i = 0; i < 32; ++i) out[i] = scale * float(u.b[i]) + coef;
+}
+inline void to_floats_unsigned2(V u, float scale_lo, float coef_lo, float scale_hi, float coef_hi, float* out) {
+  for (int i = 0; i < 32; ++i) out[i] = i < 16 ? scale_lo * float(u.b[i]) + coef_lo : scale_hi * float(u.b[i]) + coef_hi;
 }
 inline void to_floats_signed(V w, float scale_lo, float scale_hi, float* out) {
   for (int i = 0; i < 32; ++i) out[i] = (i < 16 ? scale_lo : scale_hi) * float(int8_t(w.b[i]));
