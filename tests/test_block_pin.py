@@ -97,3 +97,19 @@ def test_block_map_marks_pinned_blocks_and_ranks_them_last():
     others = [c for c in cells if c.state == "cached" and not c.pinned]
     assert len(pinned_cells) == 3 and len(others) == 3
     assert min(c.lru_rank for c in pinned_cells) > max(c.lru_rank for c in others)
+
+
+def test_a_pinned_conversation_stays_pinned_as_its_chain_grows_and_unpin_releases_it():
+    from llmchat.core.engine.chains import ConversationChains
+
+    bm = BlockManager(32, BS)
+    chains = ConversationChains(bm, lambda: None)
+    first = run_chat(bm, list(range(1, 2 * BS + 1)), 1)
+    chains.remember("chat", first.block_hashes)
+    assert chains.pin("chat", True) == (2, 2)
+    longer = run_chat(bm, list(range(1, 4 * BS + 1)), 2)  # the next turn: the same head, two more blocks
+    chains.remember("chat", longer.block_hashes)
+    assert bm.pinned_hashes == set(longer.block_hashes) and len(bm.pinned_free) == 4
+    assert chains.pin("chat", False) == (0, 4)
+    assert not bm.pinned_hashes and not bm.pinned_free
+    bm.check_invariants()
