@@ -118,6 +118,7 @@ class EngineConfig:
     num_speculative_tokens: int = 0  # most tokens drafted per sequence and step (adaptive below it); 0: off (default)
     draft_model: str | None = None  # a model with the same vocabulary that drafts; None: prompt lookup (n-grams)
     num_threads: int | None = None  # the compute team's size; None: auto (core/cpu_threads.py, core/cpu_load.py)
+    pin_fraction: float = 0.25  # the share of the KV blocks pinned chats may keep out of LRU eviction
 
     def __post_init__(self) -> None:
         if self.block_size <= 0 or self.block_size & (self.block_size - 1):
@@ -129,6 +130,8 @@ class EngineConfig:
                              f"got {self.num_speculative_tokens}")
         if self.num_threads is not None and (isinstance(self.num_threads, bool) or self.num_threads < 1):
             raise ValueError(f"the number of threads (--threads) must be at least 1, got {self.num_threads}")
+        if not 0 <= self.pin_fraction <= 1:
+            raise ValueError(f"the pin budget is a fraction of the KV cache from 0 to 1, got {self.pin_fraction}")
         if self.kv_disk_bytes < 0:
             raise ValueError("the disk tier's budget (--kv-disk-gb) must not be negative")
 

@@ -81,6 +81,7 @@ class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
         self.exiting = False  # exit() was called (Ctrl+Q, or a test's run_test ending)
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
         self.cache_checks: dict = {}  # chat id -> its last CacheCheck (Verify cache)
+        self.pinned_chats: set[int] = set()  # chats whose KV blocks are pinned (tui/actions/pin_chat.py)
         self.prefix_tiers: dict = {}  # chat id -> metrics.PrefixTiers (resident / disk only), where the backend tells
         self._resident_asked = 0.0
         self.chat_screen = ChatScreen()

@@ -94,3 +94,7 @@ class InspectableBackend(Backend, Protocol):
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py): `prompt_ids` continued greedily for `num_tokens` with the
         prefix cache and without it, the two outputs compared."""
+
+    def pin(self, conversation_id: int, pinned: bool = True) -> Future:
+        """Keep a conversation's KV blocks out of LRU eviction, within the pin budget (pinned=False returns them to
+        the LRU); answers (blocks pinned, blocks in its chain)."""

@@ -147,6 +147,11 @@ class EngineService:
         ids = list(token_ids)
         self._call(lambda engine: engine.adopt_chain(conversation_id, ids))
 
+    def pin(self, conversation_id: int, pinned: bool = True) -> Future:
+        """Keep a conversation's blocks out of LRU eviction (within the pin budget) or return them to it;
+        answers (blocks pinned, blocks in its chain)."""
+        return self._call(lambda engine: engine.chains.pin(conversation_id, pinned))
+
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py), run on a short thread of its own: it waits for two
         ordinary requests of this engine, so other chats go on meanwhile."""

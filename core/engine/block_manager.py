@@ -5,6 +5,8 @@ Every block is in exactly one state:
 - cached-free: ref_count 0 but holding the KV of a hashed full block, kept in an LRU (oldest first)
   and revived in O(1) on a prefix hit, evicted only when a new block is needed;
 - empty: ref_count 0, no hash.
+A pinned hash (pin(), within pin_budget_blocks) rests in pinned_free instead of the LRU when its block is
+released: evicted only after every unpinned cached-free block is gone; unpin() returns it to the LRU.
 Full blocks are hashed as a chain: hash(parent hash, fingerprint, block token ids). A hit also compares
 the block's stored token ids and parent hash (each parent verified the same way before it), so a hash
 collision can never serve KV computed after a different prefix.
@@ -42,7 +44,8 @@ class Block:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, fingerprint: bytes = b""):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, fingerprint: bytes = b"",
+                 pin_budget_blocks: int | None = None):
         assert num_blocks > 0 and block_size > 0
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -54,16 +57,19 @@ class BlockManager:
         self.hash_to_block: dict[bytes, int] = {}
         self.num_evictions = 0
         self.evictions = EvictionLog(4 * num_blocks)  # hash -> when it was evicted (the cache explainer asks)
+        self.pin_budget_blocks = num_blocks // 4 if pin_budget_blocks is None else pin_budget_blocks
+        self.pinned_hashes: set[bytes] = set()
+        self.pinned_free: OrderedDict[int, None] = OrderedDict()  # cached-free blocks kept out of the LRU
 
     # -- counts -----------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
         """Blocks a new allocation can take (empty + cached-free)."""
-        return len(self.empty_ids) + len(self.cached_free)
+        return len(self.empty_ids) + len(self.cached_free) + len(self.pinned_free)
 
     @property
     def num_cached_free_blocks(self) -> int:
-        return len(self.cached_free)
+        return len(self.cached_free) + len(self.pinned_free)
 
     @property
     def num_empty_blocks(self) -> int:
@@ -148,7 +154,9 @@ class BlockManager:
             assert block.ref_count > 0
             block.ref_count -= 1
             if block.ref_count == 0:
-                if block.block_hash is not None:
+                if block.block_hash in self.pinned_hashes:
+                    self.pinned_free[block_id] = None
+                elif block.block_hash is not None:
                     self.cached_free[block_id] = None
                 else:
                     self.empty_ids.append(block_id)
@@ -188,23 +196,57 @@ class BlockManager:
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached-free block (used blocks keep their hashes)."""
+        self.cached_free.update(self.pinned_free)
+        self.pinned_free.clear()
         while self.cached_free:
             block_id, _ = self.cached_free.popitem(last=False)
             self._forget(self.blocks[block_id])
             self.empty_ids.append(block_id)
 
+    # -- pinning ----------------------------------------------------------------------------
+    def pin(self, hashes: Seq[bytes]) -> int:
+        """Keep the blocks of these hashes (a chat's chain, head first) out of LRU eviction, as many as the budget
+        allows; returns how many of them are pinned now."""
+        num_pinned = 0
+        for h in hashes:
+            if h not in self.pinned_hashes:
+                if len(self.pinned_hashes) >= self.pin_budget_blocks:
+                    break
+                self.pinned_hashes.add(h)
+                block_id = self.hash_to_block.get(h)
+                if block_id is not None and block_id in self.cached_free:
+                    del self.cached_free[block_id]
+                    self.pinned_free[block_id] = None
+            num_pinned += 1
+        return num_pinned
+
+    def unpin(self, hashes: Seq[bytes]) -> None:
+        """Return these hashes' blocks to the LRU (as the most recently used)."""
+        for h in hashes:
+            self.pinned_hashes.discard(h)
+            block_id = self.hash_to_block.get(h)
+            if block_id is not None and block_id in self.pinned_free:
+                del self.pinned_free[block_id]
+                self.cached_free[block_id] = None
+
+    def is_pinned(self, block_id: int) -> bool:
+        return self.blocks[block_id].block_hash in self.pinned_hashes
+
     # -- internals --------------------------------------------------------------------------
     def _touch(self, block_id: int) -> None:
         block = self.blocks[block_id]
-        if block.ref_count == 0:
-            del self.cached_free[block_id]  # O(1) revive
+        if block.ref_count == 0:  # O(1) revive
+            if block_id in self.pinned_free:
+                del self.pinned_free[block_id]
+            else:
+                del self.cached_free[block_id]
         block.ref_count += 1
 
     def _take_block(self) -> int:
         if self.empty_ids:
             block_id = self.empty_ids.pop()
-        else:
-            block_id, _ = self.cached_free.popitem(last=False)  # evict the least recently used
+        else:  # evict the least recently used, a pinned block only when nothing else is left
+            block_id, _ = (self.cached_free or self.pinned_free).popitem(last=False)
             self.evictions.record(self.blocks[block_id].block_hash)
             self._forget(self.blocks[block_id])
             self.num_evictions += 1
@@ -220,8 +262,11 @@ class BlockManager:
 
     def check_invariants(self) -> None:
         """For tests: every block in exactly one state, counts add up, the hash map matches the blocks."""
-        empty, cached = set(self.empty_ids), set(self.cached_free)
+        empty, cached = set(self.empty_ids), set(self.cached_free) | set(self.pinned_free)
         assert len(empty) == len(self.empty_ids) and not (empty & cached)
+        assert not set(self.cached_free) & set(self.pinned_free)
+        assert all(self.blocks[b].block_hash in self.pinned_hashes for b in self.pinned_free)
+        assert len(self.pinned_hashes) <= self.pin_budget_blocks
         for block in self.blocks:
             assert block.ref_count >= 0
             in_free = block.block_id in empty or block.block_id in cached

@@ -19,8 +19,22 @@ class ConversationChains:
         self.block_manager = block_manager
         self.disk = disk  # the engine's kvdisk.tier.KVDiskTier or None, read at each call (closing drops it)
         self.chains: OrderedDict[Hashable, list[bytes]] = OrderedDict()  # tag -> block hashes, oldest first
+        self.pinned_tags: set[Hashable] = set()  # their chains stay pinned as they grow
+
+    def pin(self, tag: Hashable, pinned: bool) -> tuple[int, int]:
+        """Pin (or unpin) a conversation's chain in the block manager; (blocks pinned, blocks in its chain)."""
+        chain = self.chains.get(tag, [])
+        if not pinned:
+            self.pinned_tags.discard(tag)
+            self.block_manager.unpin(chain)
+            return 0, len(chain)
+        self.pinned_tags.add(tag)
+        return self.block_manager.pin(chain), len(chain)
 
     def remember(self, tag: Hashable, chain: list[bytes]) -> None:
+        if tag in self.pinned_tags:  # the chain moved on: pin the new one, release what it dropped
+            self.block_manager.unpin(set(self.chains.get(tag, [])) - set(chain))
+            self.block_manager.pin(chain)
         self.chains[tag] = list(chain)
         self.chains.move_to_end(tag)
         while len(self.chains) > self.MAX_REMEMBERED:

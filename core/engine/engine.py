@@ -63,7 +63,7 @@ class LLMEngine:
         dtype_name = f"{loaded.dtype}|{loaded.weight_dtype}"
         self.block_manager = BlockManager(
             self.kv_cache.num_blocks, config.block_size, config.enable_prefix_caching,
-            model_fingerprint(loaded, dtype_name),
+            model_fingerprint(loaded, dtype_name), int(self.kv_cache.num_blocks * config.pin_fraction),
         )
         self.kv_disk: KVDiskTier | None = None
         if config.kv_disk_bytes > 0 and config.enable_prefix_caching:

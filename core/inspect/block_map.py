@@ -25,6 +25,7 @@ class BlockCell(NamedTuple):  # (a tuple, immutable and ~3x cheaper to build tha
     ref_count: int  # requests in flight sharing it
     holders: tuple[Hashable, ...]  # conversations whose cached prefix or reply in flight it holds
     lru_rank: int | None  # cached-free blocks: 0 is evicted first; None otherwise
+    pinned: bool = False  # its hash is pinned: evicted only after every unpinned cached-free block
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +61,13 @@ def block_map_of(bm: BlockManager, residency: Mapping[Hashable, Sequence[int]], 
     for tag, block_ids in residency.items():
         for block_id in block_ids:
             holders.setdefault(block_id, []).append(tag)
-    rank = {block_id: i for i, block_id in enumerate(bm.cached_free)}
+    rank = {block_id: i for i, block_id in enumerate([*bm.cached_free, *bm.pinned_free])}  # pinned go last
     empty = set(bm.empty_ids)
     no_holders: tuple = ()
     cells = tuple([
         BlockCell(i, "used" if b.ref_count else ("free" if i in empty else "cached"), b.ref_count,
-                  tuple(holders[i]) if i in holders else no_holders, rank.get(i))
+                  tuple(holders[i]) if i in holders else no_holders, rank.get(i),
+                  b.block_hash is not None and b.block_hash in bm.pinned_hashes)
         for i, b in enumerate(bm.blocks)
     ])
     chats = []

@@ -158,6 +158,11 @@ class ChatOps(AppMixin):
             return
         self.push_screen(BlockMapScreen())
 
+    def action_toggle_pin(self) -> None:
+        from .pin_chat import toggle_pin
+
+        toggle_pin(self)
+
     def action_verify_cache(self) -> None:
         from .verify_cache import start_cache_check
 

@@ -74,6 +74,9 @@ ACTIONS: tuple[UserAction, ...] = (
     _a("toggle_drafts", "Mark accepted drafts", "show replies as plain text with the drafted tokens the model kept "
                                                 "underlined (speculative decoding)", "f6", in_prompt=True,
        cache_line="mark accepted drafts: underline the text that speculative decoding drafted and the model kept"),
+    _a("toggle_pin", "Pin chat", "keep this chat's KV blocks out of LRU eviction (within the pin budget); again "
+                                 "to unpin", "f7", in_prompt=True, cache_line="pin the chat: its blocks stay cached while others "
+                                                              "are evicted (again: back to the LRU)"),
     _a("block_map", "Block map", "every KV block: used, cached, free, shared, LRU order", "f8",
        cache_line="the block map"),
     _a("cache_help", "Cache facts (misconceptions)", "what the cache and the engine do, with this machine's "

@@ -44,6 +44,8 @@ def cell_content(cell: BlockCell, letters: dict) -> tuple[str, str]:
     style = STYLES[cell.state] + (" bold reverse" if shared and cell.state != "free" else "")
     if cell.lru_rank is not None and cell.lru_rank < NEXT_EVICTED:
         style += " underline"
+    if cell.pinned:
+        style += " italic"
     return glyph, style
 
 
@@ -85,7 +87,7 @@ def chats_text(block_map: BlockMap, titles: dict) -> str:
 
 LEGEND = ("A–Z: the chat holding the block · +: shared by several (refcount or chats) · #: used, no chat "
           "listed · o: cached, no chat listed · ·: free\ngreen: used · blue: cached-free (LRU-evictable) · "
-          "underlined: the next eight the LRU evicts · disk only: prefix blocks evicted from memory but kept on disk · "
+          "underlined: the next eight the LRU evicts · italic: pinned (F7; evicted last) · disk only: prefix blocks evicted from memory but kept on disk · "
           "refreshed once a second · Esc closes")
 
 
