@@ -9,7 +9,9 @@ without CUDA, see triton_support.py): slow, meant for tests.
 
 On CPU the torch references ARE the production path; they are plain, batched torch. The exception is the
 linear on GGUF-quantized weights: its CPU path is C++ (quant_linear.py, built by quant_cpu_build.py), passed in
-by the caller as `cpu_kernels` (None: the torch reference). On CUDA it is the torch reference for now.
+by the caller as `cpu_kernels` (None: the torch reference). Under "triton" it is quant_gemv.py (up to
+GEMV_MAX_ROWS rows) or quant_gemm.py, both read the blocks as stored; tested under the interpreter, not yet on
+a GPU, so the loader still dequantizes a GGUF to bf16 on CUDA (core/model/loader.py resolve_weight_dtype).
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ import torch
 from . import paged_decode_attention as _decode
 from . import paged_prefill_attention as _prefill
 from . import quant_linear as _quant_linear
+from .quant_gemm import quant_gemm
+from .quant_gemv import GEMV_MAX_ROWS, quant_gemv
+from .quant_tile import TRITON_QTYPES
 from . import rms_norm as _rms_norm
 from . import rope as _rope
 from . import store_kv as _store_kv
@@ -120,7 +125,10 @@ def quant_linear(
     x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType | None, scratch: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """x `[num_rows, in_features]` @ the GGUF-quantized weight `[out_features, in_features]`.T, in x's dtype:
-    integer dots on the quantized bytes for few rows, dequantize (into `scratch`) + GEMM for many."""
+    integer dots on the quantized bytes for few rows, dequantize (into `scratch`) + GEMM for many; under
+    "triton", dequantize-in-registers GEMV for few rows, tiled GEMM for many."""
+    if weight.qtype in TRITON_QTYPES and resolve_backend(None, x.device) == "triton":
+        return quant_gemv(x, weight) if x.shape[0] <= GEMV_MAX_ROWS else quant_gemm(x, weight)
     return _quant_linear.quant_linear(x, weight, cpu_kernels, scratch)
 
 
