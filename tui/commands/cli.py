@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model_args.add_argument(
         "--weights", choices=("auto", "float32", "bfloat16"), default="auto",
-        help="weight format (default auto = the compute dtype, fp32 on CPU, the reference; bfloat16: half the memory, "
-        "fast on AMX/AVX-512-BF16 CPUs, not bit-compatible)",
+        help="weight format (default auto: a GGUF's quantized blocks computed as stored on the CPU, float "
+        "checkpoints in the compute dtype; float32: dequantized at load, the exact reference; bfloat16: half the "
+        "memory of fp32, fast on AMX/AVX-512-BF16 CPUs, not bit-compatible)",
     )
     model_args.add_argument(
         "--no-prefix-cache", action="store_true", help="turn off prefix reuse (to compare TTFT with and without it)"
