@@ -27,13 +27,14 @@ _REAL_CACHE_DIR = Path(os.environ.get("LLMCHAT_CACHE_DIR") or __import__("platfo
 
 
 def isolated_cache_dir(folder: Path) -> Path:
-    """A cache dir that shares the real models/, converted/ and kernels/ (C++ builds) folders (links) and nothing
-    else: the disk tier
+    """A cache dir that shares the real models/ and kernels/ (C++ builds) folders (links) and, as its converted/,
+    a converted-models folder the tests keep to themselves (the real cache's `tests-converted/`: the models the
+    tests write and dequantize must not show in the user's model picker), and nothing else: the disk tier
     of the prefix cache (kv/) starts empty there, so no test reads or writes the user's, or another test's."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("models", "converted", "kernels"):
-        (_REAL_CACHE_DIR / name).mkdir(parents=True, exist_ok=True)
-        (folder / name).symlink_to(_REAL_CACHE_DIR / name, target_is_directory=True)
+    for name, real in (("models", "models"), ("converted", "tests-converted"), ("kernels", "kernels")):
+        (_REAL_CACHE_DIR / real).mkdir(parents=True, exist_ok=True)
+        (folder / name).symlink_to(_REAL_CACHE_DIR / real, target_is_directory=True)
     return folder
 
 

@@ -180,3 +180,25 @@ async def test_the_picker_lists_other_stores_with_memory_needed_and_marks_what_w
             await press(pilot, "escape")
             await wait_for(pilot, lambda: not isinstance(app.screen, ModelPickerScreen))
         await quit_app(pilot)
+
+
+def test_switching_frees_the_loaded_models_weights_not_its_kv_budget(tmp_path, monkeypatch):
+    """The KV budget is a ceiling (pages never written were never taken), so unloading the loaded model gives back
+    its weights only: a model that needs weights + a budget larger than what is free does not fit, whatever the
+    loaded model's budget."""
+    from model_files import write_tiny_gguf
+
+    from llmchat.core.config import EngineConfig
+    from llmchat.core.weights import memory
+    from llmchat.core.weights.catalog import ModelChoice
+    from llmchat.core.weights.inventory import describe
+    from llmchat.tui.actions.model_switch import with_memory
+
+    loaded = describe(write_tiny_gguf(tmp_path / "loaded.gguf"), "loaded.gguf")
+    other = describe(write_tiny_gguf(tmp_path / "other.gguf"), "other.gguf")
+    mb = 1 << 20
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 1000 * mb)
+    choices = [ModelChoice("loaded", "loaded.gguf", "recent"), ModelChoice("other", "other.gguf", "recent")]
+    for kv_mb, fits in ((900, True), (1200, False)):
+        out = with_memory(choices, [loaded, other], EngineConfig(kv_cache_bytes=kv_mb * mb), "loaded.gguf")
+        assert out[1].fits is fits, out[1].detail

@@ -77,7 +77,7 @@ def with_memory(choices: list[ModelChoice], entries: list, config: "EngineConfig
     from dataclasses import replace
     from pathlib import Path
 
-    from ...core.weights.memory import available_memory_bytes, bytes_per_param, memory_needed
+    from ...core.weights.memory import available_memory_bytes, bytes_per_param, memory_needed, weight_bytes
     from ..text.format import nbytes
 
     device = (config.device if config else None) or "cpu"
@@ -98,8 +98,11 @@ def with_memory(choices: list[ModelChoice], entries: list, config: "EngineConfig
     found = [_entry_of(c, by_name, by_path) for c in choices]
     free = available_memory_bytes()
     current = next((e for c, e in zip(choices, found) if c.model == loaded), None)
-    if free is not None and current is not None:  # switching unloads it first
-        free += needs(current) or 0
+    if free is not None and current is not None:  # switching unloads it first: its weights come back, and
+        # only they (the KV budget is a ceiling: pages never written were never taken from what is free)
+        free += weight_bytes(current, bytes_per_param(config.weight_dtype if config else None,
+                                                      config.dtype if config else None, device,
+                                                      Path(current.path).is_file())) or 0
     out = []
     for choice, entry in zip(choices, found):
         needed = needs(entry) if entry else None

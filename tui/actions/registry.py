@@ -49,8 +49,8 @@ ACTIONS: tuple[UserAction, ...] = (
     _a("toggle_panels", "Toggle panels", "show or hide the engine panels", "ctrl+b"),
     _a("switch(-1)", "Previous chat", "open the previous chat in the list", "ctrl+up,alt+up"),
     _a("switch(1)", "Next chat", "open the next chat in the list", "ctrl+down,alt+down"),
-    _a("switch_model", "Switch model", "unload this model and load another: the default, one used before, or one "
-                                       "in the cache dir"),
+    _a("switch_model", "Switch model", "unload this model and load another: the default, one used before, or any "
+                                       "`llmchat models` lists (size and memory needed shown)"),
     _a("compose_in_editor", "Compose in editor", "edit the draft in $VISUAL/$EDITOR; it comes back to the input box",
        "ctrl+e", in_app=False, in_prompt=True),
     # cache operations (tui/actions/cache_ops.py), listed on the F1 screen too
