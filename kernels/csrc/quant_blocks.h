@@ -15,6 +15,13 @@ enum QType : int {
   kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14
 };
 
+struct ActRow {  // one activation row, quantized to int8 per 32 values
+  const int8_t* q;  // [K]
+  const float* d;   // [K / 32] scales
+  const float* s;   // [K / 32] d * sum of the block's q
+  const float* h;   // [K / 32] d * sum of the block's first 16 q (Q2_K's per-16 mins)
+};
+
 inline int block_weights(int qtype) { return qtype >= kQ2_K ? 256 : 32; }
 inline int block_bytes(int qtype) {
   switch (qtype) {

@@ -9,16 +9,10 @@
 #include <vector>
 
 #include "quant_blocks.h"
+#include "quant_kquants_avx512.h"
 
 namespace llmchat_quant {
 namespace {
-
-struct ActRow {  // one activation row, quantized
-  const int8_t* q;  // [K]
-  const float* d;   // [K / 32] scales
-  const float* s;   // [K / 32] d * sum of the block's q
-  const float* h;   // [K / 32] d * sum of the block's first 16 q (Q2_K's per-16 mins)
-};
 
 void quantize_row(const float* x, int64_t k, int8_t* q, float* d, float* s, float* h) {
   for (int64_t b = 0; b < k / 32; ++b) {
@@ -82,6 +76,15 @@ struct DequantVisitor {  // one weight row -> fp32
 
 template <int QT, int MT>
 void dot_rows(const uint8_t* wrow, int num_blocks, const ActRow* act, float* y, int64_t y_stride) {
+#if defined(LLMCHAT_AVX512_KQUANTS)
+  if constexpr (QT == kQ4_K) {
+    dot_rows_q4k<MT>(wrow, num_blocks, act, y, y_stride);
+    return;
+  } else if constexpr (QT == kQ6_K) {
+    dot_rows_q6k<MT>(wrow, num_blocks, act, y, y_stride);
+    return;
+  }
+#endif
   DotVisitor<MT> v(act);
   visit_row<QT>(wrow, num_blocks, v);
   for (int m = 0; m < MT; ++m) y[m * y_stride] = hsum(v.acc[m]) + v.offset[m];
