@@ -38,4 +38,4 @@ for turn in range(1000):
             elif isinstance(event, Finished):
                 conv.finish_reply(reply, event.text, "done", event.reason.value, None, event.metrics,
                                   list(event.output_ids))
-    print("DONE", conv.chat_id, len(conv.messages), flush=True)
+    print(f"DONE {conv.chat_id} {len(conv.messages)}", flush=True)  # one write: PYTHONUNBUFFERED splits print's
