@@ -5,10 +5,14 @@ quantized to int8 per 32 values (d = max|x| / 127, q = round(x / d)); every 32-w
 product of the quantized bytes with those int8 values, scaled in fp32. It reads only the quantized bytes, once
 per call, for any number of rows (the C++ loop keeps one weight row in L1 while it serves up to 4 rows at a time).
 For many rows (prefill) the weight is instead dequantized and multiplied with a oneDNN GEMM, from
-`GEMM_MIN_ROWS` rows on: there the GEMM's arithmetic, not the weight bytes, sets the time. Where the CPU does
-bf16 dot products natively (AVX-512 BF16, AMX) that GEMM runs on bf16 copies of the activations and the
-dequantized weight, accumulating in fp32: twice the fp32 GEMM's speed (a 512 x 2048 @ 2048 x 8192 Q4_K linear,
-AMD EPYC, 2 threads: 88.7 -> 45.7 ms). `gemm_dtype()` says which; LLMCHAT_QUANT_GEMM=float32 forces fp32.
+`GEMM_MIN_ROWS` rows on: there the GEMM's arithmetic, not the weight bytes, sets the time. The GEMM is fp32 unless
+LLMCHAT_QUANT_GEMM=bfloat16 and the CPU does bf16 dot products natively (AVX-512 BF16, AMX): then it runs on bf16
+copies of the activations and the dequantized weight, accumulating in fp32, at twice the speed (a 512 x 2048 @
+2048 x 8192 Q4_K linear, AMD EPYC, 2 threads: 88.7 -> 45.7 ms; a 1B model's 128-token prefill 1920 -> 1030 ms).
+Not the default: its rounding is as coarse as the int8 activations of the few-rows path, so a prompt's KV
+computed whole and the same KV computed in a short tail (after a prefix-cache hit) differ more, and a greedy
+reply that reuses the cache diverges from one that does not sooner (the default model, `ask` twice with a
+disk-tier hit: at the 5th token). `gemm_dtype()` says which.
 
 Numerics: the int8 activations are the one rounding beyond fp32 on the few-rows path (`quantize_activations_ref`
 is that rounding in torch); where the GEMM path runs in bf16 it rounds activations, weights and its output to
@@ -63,12 +67,11 @@ def quant_linear(x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType |
 
 @functools.cache
 def gemm_dtype() -> torch.dtype:
-    """The dtype the many-rows path multiplies in: bf16 where the CPU has native bf16 dot products (and
-    LLMCHAT_QUANT_GEMM is not "float32"), else fp32."""
-    if os.environ.get("LLMCHAT_QUANT_GEMM", "").strip().lower() == "float32":
-        return torch.float32
-    return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
-
+    """The dtype the many-rows path multiplies in: bf16 where LLMCHAT_QUANT_GEMM is "bfloat16" and the CPU has
+    native bf16 dot products, else fp32."""
+    if os.environ.get("LLMCHAT_QUANT_GEMM", "").strip().lower() == "bfloat16" and cpu_has_native_bf16():
+        return torch.bfloat16
+    return torch.float32
 
 def _dequantize_gemm(x: torch.Tensor, weight: QuantWeight, qtype: int, cpu_kernels: ModuleType,
                      scratch: torch.Tensor | None) -> torch.Tensor:

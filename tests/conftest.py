@@ -115,3 +115,15 @@ def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
     from serve_helpers import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("serve") / "tiny-llama", default_model_dir)
+
+
+@pytest.fixture(params=["float32", "bfloat16"])
+def many_rows_gemm(request, monkeypatch):
+    """The many-rows path's GEMM dtype: the default (fp32), then bf16 where this CPU has bf16 dots."""
+    from llmchat.kernels.quant_linear import gemm_dtype
+
+    monkeypatch.setenv("LLMCHAT_QUANT_GEMM", request.param)
+    gemm_dtype.cache_clear()
+    yield gemm_dtype()
+    monkeypatch.undo()
+    gemm_dtype.cache_clear()

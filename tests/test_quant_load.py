@@ -17,7 +17,7 @@ from llmchat.core.weights.errors import ModelLoadError
 from llmchat.core.weights.tensor_source import StoredTensor, dequantize_stored
 from llmchat.kernels.quant_blocks import BLOCK_LAYOUTS
 from llmchat.kernels.quant_cpu_build import load_cpu_kernels
-from llmchat.kernels.quant_linear import GEMM_MIN_ROWS, gemm_dtype
+from llmchat.kernels.quant_linear import GEMM_MIN_ROWS
 from quant_testing import random_blocks
 
 CFG = ModelConfig(
@@ -79,17 +79,6 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
         hidden = model(ids, torch.arange(len(ids)), DenseKV(model, len(ids)))
         return model.compute_logits(hidden)
-
-
-@pytest.fixture(params=["float32", "native"])
-def many_rows_gemm(request, monkeypatch):
-    """The many-rows path's GEMM dtype: forced fp32, then what this CPU picks (bf16 where it has bf16 dots)."""
-    if request.param == "float32":
-        monkeypatch.setenv("LLMCHAT_QUANT_GEMM", "float32")
-    gemm_dtype.cache_clear()
-    yield gemm_dtype()
-    monkeypatch.undo()
-    gemm_dtype.cache_clear()
 
 
 @pytest.mark.parametrize("head_kind, bias", [(None, False), ("Q6_K", True), ("F16", False)])

@@ -53,7 +53,7 @@ def _activations(num_rows: int, num_cols: int, gen: torch.Generator) -> torch.Te
 
 @pytest.mark.parametrize("scale", [0.02, 1e-6, 65504.0])
 @pytest.mark.parametrize("qtype", list(BLOCK_LAYOUTS))
-def test_matches_reference_on_its_own_rounding(cpu_kernels, qtype, scale):
+def test_matches_reference_on_its_own_rounding(cpu_kernels, qtype, scale, many_rows_gemm):
     """Fed the activations as the kernel rounds them (int8 per 32-block), the fast path equals the reference up
     to fp32 summation of the terms it adds; the GEMM path (many rows) sees the unrounded activations."""
     weight, gen = _case(qtype, scale, seed=zlib.crc32(f"{qtype} {scale}".encode()))
@@ -132,7 +132,7 @@ def test_rejects_mismatched_inputs(cpu_kernels):
                                  weight.in_features)
 
 
-def test_many_rows_path_in_tiles_matches_reference(cpu_kernels):
+def test_many_rows_path_in_tiles_matches_reference(cpu_kernels, many_rows_gemm):
     """A scratch buffer smaller than the weight: the GEMM path dequantizes it a few rows at a time."""
     weight, gen = _case("Q6_K", 0.05, seed=11, num_out=37, num_blocks=2)
     x = torch.randn(GEMM_MIN_ROWS + 3, weight.in_features, generator=gen)
