@@ -73,6 +73,7 @@ def gemm_dtype() -> torch.dtype:
         return torch.bfloat16
     return torch.float32
 
+
 def _dequantize_gemm(x: torch.Tensor, weight: QuantWeight, qtype: int, cpu_kernels: ModuleType,
                      scratch: torch.Tensor | None) -> torch.Tensor:
     """x @ W.T with W dequantized into `scratch` a tile of rows at a time (at most GEMM_TILE_ELEMENTS), in

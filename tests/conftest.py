@@ -125,5 +125,4 @@ def many_rows_gemm(request, monkeypatch):
     monkeypatch.setenv("LLMCHAT_QUANT_GEMM", request.param)
     gemm_dtype.cache_clear()
     yield gemm_dtype()
-    monkeypatch.undo()
-    gemm_dtype.cache_clear()
+    gemm_dtype.cache_clear()  # the next call reads the environment monkeypatch restores
