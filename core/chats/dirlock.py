@@ -18,7 +18,8 @@ def lock_data_dir(data_dir: Path) -> int | None:
         import fcntl
     except ImportError:
         return None
-    fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)  # (a lock file from an older llmchat was 0644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

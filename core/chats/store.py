@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import schema
 from .dirlock import DataDirInUse, lock_data_dir
+from .private import make_private_dir, make_private_file
 from . import search as chat_search
 from .conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
 from . import extras as store_extras
@@ -33,8 +34,6 @@ DB_NAME = "chats.sqlite3"
 
 def default_data_dir() -> Path:
     """Where chats live unless --data-dir says otherwise: $LLMCHAT_DATA_DIR, else ~/.local/share/llmchat on Linux."""
-    import os
-
     import platformdirs
 
     return Path(os.environ.get("LLMCHAT_DATA_DIR") or platformdirs.user_data_dir("llmchat")).expanduser()
@@ -62,8 +61,11 @@ class ChatStore:
                 raise FileNotFoundError(f"no chats in {self.data_dir} (no {DB_NAME}); check --data-dir")
             self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
         else:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            make_private_dir(self.data_dir, tighten=self.path.exists())  # a folder the user named stays theirs
             self._lock_fd = lock_data_dir(self.data_dir)
+            for suffix in ("", "-wal", "-shm"):  # SQLite gives -wal and -shm the db's mode (older ones: 0644)
+                if not suffix or self.path.with_name(DB_NAME + suffix).exists():
+                    make_private_file(self.path.with_name(DB_NAME + suffix))
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA foreign_keys = ON")

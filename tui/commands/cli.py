@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     from ...core.openmp_env import prepare_openmp, setup_of
 
     args = build_parser().parse_args(argv)
+    os.umask(os.umask(0o022) | 0o022)  # nothing llmchat writes (the model cache included) is group/world-writable
     prepare_openmp(setup_of(args.command))  # OpenMP's spin time: read once, when torch loads, so before that
     try:
         if getattr(args, "backend", None) is not None:

@@ -15,6 +15,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ...core.chats.conversation import Conversation
+from ...core.chats.private import make_private_dir, write_private_text
 from ...core.chats.store import ChatStore, default_data_dir
 from ..text import format as fmt
 from ...core.text.sanitize import safe_text
@@ -86,11 +87,11 @@ def chat_json(record: Conversation) -> str:
 
 
 def export_chat(record: Conversation, folder: Path) -> tuple[Path, Path]:
-    folder.mkdir(parents=True, exist_ok=True)
+    make_private_dir(folder)
     base = folder / f"chat-{record.chat_id}"
     md, js = base.with_suffix(".md"), base.with_suffix(".json")
-    md.write_text(chat_markdown(record), encoding="utf-8")
-    js.write_text(chat_json(record), encoding="utf-8")
+    write_private_text(md, chat_markdown(record))
+    write_private_text(js, chat_json(record))
     return md, js
 
 
@@ -121,7 +122,7 @@ def run_export(args: argparse.Namespace) -> int:
     text = chat_json(record) if getattr(args, "format", "markdown") == "json" else chat_markdown(record) + "\n"
     output = getattr(args, "output", None)
     if output and output != "-":
-        Path(output).write_text(text, encoding="utf-8")
+        write_private_text(Path(output), text)  # new: 0600; an existing file keeps the mode its owner gave it
         print(f"wrote chat #{record.chat_id} to {output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
