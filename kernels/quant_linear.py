@@ -14,6 +14,14 @@ computed whole and the same KV computed in a short tail (after a prefix-cache hi
 reply that reuses the cache diverges from one that does not sooner (the default model, `ask` twice with a
 disk-tier hit: at the 5th token). `gemm_dtype()` says which.
 
+Batch invariance: any GEMM path makes a row's result depend on how many rows came with it, so a greedy reply
+after a cache hit (the prompt's tail computed alone, on the int8 path) may part from the reply without one
+(the whole prompt on the GEMM path) after some tokens — in fp32 too (the default model on an Intel Xeon:
+`ask` twice with a disk hit parted at the 18th token). LLMCHAT_QUANT_GEMM=off runs every row count on the
+int8 dots, whose result for a row is the same bits whatever rows share its call: the cache then never changes
+a greedy reply, at the int8 path's prefill speed (the default model's 512-row pass, Intel Xeon, 2 threads:
+1666 ms against 508 ms on the fp32 GEMM).
+
 Numerics: the int8 activations are the one rounding beyond fp32 on the few-rows path (`quantize_activations_ref`
 is that rounding in torch); where the GEMM path runs in bf16 it rounds activations, weights and its output to
 bf16 (half a bf16 step, up to 2^-8 relative, each), else it is fp32 throughout. The reference,
@@ -58,20 +66,27 @@ def quant_linear(x: torch.Tensor, weight: QuantWeight, cpu_kernels: ModuleType |
         return quant_linear_ref(x, weight)
     qtype = qtype_number(weight.qtype)
     xf = x.float()
-    if x.shape[0] >= GEMM_MIN_ROWS:
+    if x.shape[0] >= GEMM_MIN_ROWS and gemm_dtype() is not None:
         y = _dequantize_gemm(xf, weight, qtype, cpu_kernels, scratch)
     else:
         y = cpu_kernels.quant_linear(xf, weight.data, qtype, weight.out_features, weight.in_features)
     return y.to(x.dtype)
 
 
+GEMM_MODES = ("float32", "bfloat16", "off")  # LLMCHAT_QUANT_GEMM's values; unset is float32
+
+
 @functools.cache
-def gemm_dtype() -> torch.dtype:
+def gemm_dtype() -> torch.dtype | None:
     """The dtype the many-rows path multiplies in: bf16 where LLMCHAT_QUANT_GEMM is "bfloat16" and the CPU has
-    native bf16 dot products, else fp32."""
-    if os.environ.get("LLMCHAT_QUANT_GEMM", "").strip().lower() == "bfloat16" and cpu_has_native_bf16():
-        return torch.bfloat16
-    return torch.float32
+    native bf16 dot products, None where it is "off" (every row count on the int8 dots: batch-invariant), else
+    fp32. Any other value is a ValueError that names the choices."""
+    mode = os.environ.get("LLMCHAT_QUANT_GEMM", "").strip().lower() or "float32"
+    if mode not in GEMM_MODES:
+        raise ValueError(f"LLMCHAT_QUANT_GEMM={mode!r}: use one of {', '.join(GEMM_MODES)}")
+    if mode == "off":
+        return None
+    return torch.bfloat16 if mode == "bfloat16" and cpu_has_native_bf16() else torch.float32
 
 
 def _dequantize_gemm(x: torch.Tensor, weight: QuantWeight, qtype: int, cpu_kernels: ModuleType,
@@ -105,7 +120,9 @@ def scratch_elements(weights: list[QuantWeight]) -> int:
     """The scratch size that lets the many-rows path dequantize any of `weights` whole, up to the tile cap (and
     hold its bf16 copy where the GEMM runs in bf16)."""
     most = max([min(w.out_features * w.in_features, GEMM_TILE_ELEMENTS) for w in weights] + [0])
-    return most + (most + 1) // 2 + 2 if gemm_dtype() != torch.float32 else most
+    if gemm_dtype() is None:  # no many-rows GEMM, no tile to hold
+        return 0
+    return most + (most + 1) // 2 + 2 if gemm_dtype() == torch.bfloat16 else most
 
 
 def gemm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -117,9 +117,10 @@ def tiny_model_dir(tmp_path_factory, default_model_dir) -> Path:
     return write_tiny_model(tmp_path_factory.mktemp("serve") / "tiny-llama", default_model_dir)
 
 
-@pytest.fixture(params=["float32", "bfloat16"])
+@pytest.fixture(params=["float32", "bfloat16", "off"])
 def many_rows_gemm(request, monkeypatch):
-    """The many-rows path's GEMM dtype: the default (fp32), then bf16 where this CPU has bf16 dots."""
+    """The many-rows path's GEMM dtype: the default (fp32), then bf16 where this CPU has bf16 dots, then None
+    (no GEMM: every row count on the int8 dots)."""
     from llmchat.kernels.quant_linear import gemm_dtype
 
     monkeypatch.setenv("LLMCHAT_QUANT_GEMM", request.param)

@@ -101,10 +101,14 @@ def test_quantized_model_matches_fp32_model_on_the_same_tensors(cpu_kernels, hea
         ids = torch.randint(0, cfg.vocab_size, (num_tokens,), generator=gen)
         got, want = _logits(quantized, ids), _logits(reference, ids)
         err = ((got - want).abs().max() / want.abs().max()).item()
-        if num_tokens >= GEMM_MIN_ROWS and many_rows_gemm == torch.float32:  # dequantize, multiply in fp32
+        on_gemm = num_tokens >= GEMM_MIN_ROWS and many_rows_gemm is not None
+        if on_gemm and many_rows_gemm == torch.float32:  # dequantize, multiply in fp32
             assert err < 1e-4, err
-        elif num_tokens >= GEMM_MIN_ROWS:  # bf16 operands and output: ~0.4% per linear, as int8 activations
+        elif on_gemm:  # bf16 operands and output: ~0.4% per linear, as int8 activations
             assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9
+        elif num_tokens >= GEMM_MIN_ROWS:  # GEMM off, int8 activations at every position: a random model has
+            typical = ((got - want).abs().amax(-1) / want.abs().max()).median().item()  # a few outlier rows
+            assert typical < 0.05 and (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.8, typical
         else:  # int8 activations per 32-block: ~0.4% per linear, through two layers
             assert err < 0.05, err
             assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.6

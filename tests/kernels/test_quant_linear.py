@@ -63,10 +63,11 @@ def test_matches_reference_on_its_own_rounding(cpu_kernels, qtype, scale, many_r
         x = _activations(num_rows, weight.in_features, gen)
         got = quant_linear(x, weight, cpu_kernels)
         assert got.shape == (num_rows, weight.out_features) and got.dtype == torch.float32
-        seen = x if num_rows >= GEMM_MIN_ROWS else quantize_activations_ref(x)
+        on_gemm = num_rows >= GEMM_MIN_ROWS and many_rows_gemm is not None
+        seen = x if on_gemm else quantize_activations_ref(x)
         want = seen.double() @ w64.T
         bound = 1e-5 * (seen.double().abs() @ magnitude.T) + 1e-30
-        if num_rows >= GEMM_MIN_ROWS:
+        if on_gemm:
             bound = bound + gemm_rounding(x, magnitude)
         assert bool(((got.double() - want).abs() <= bound).all()), (num_rows, (got.double() - want).abs().max())
 
@@ -76,7 +77,7 @@ def gemm_rounding(x: torch.Tensor, magnitude: torch.Tensor) -> torch.Tensor | fl
     step (up to 2^-8 relative) on each activation, each weight and the output (oneDNN's bf16 linear returns bf16),
     so at most 3 * 2^-8 (and their products) of sum |x| * |w|, bounded here by 2^-6; 0 in fp32. (Measured: up
     to 1.05 * 2^-7 over 30 seeds of each case.)"""
-    if gemm_dtype() == torch.float32:
+    if gemm_dtype() != torch.bfloat16:
         return 0.0
     return 2.0**-6 * (x.double().abs() @ magnitude.T)
 
@@ -133,12 +134,40 @@ def test_rejects_mismatched_inputs(cpu_kernels):
 
 
 def test_many_rows_path_in_tiles_matches_reference(cpu_kernels, many_rows_gemm):
-    """A scratch buffer smaller than the weight: the GEMM path dequantizes it a few rows at a time."""
+    """A scratch buffer smaller than the weight: the GEMM path dequantizes it a few rows at a time (with the GEMM
+    off, the int8 dots ignore the scratch)."""
     weight, gen = _case("Q6_K", 0.05, seed=11, num_out=37, num_blocks=2)
     x = torch.randn(GEMM_MIN_ROWS + 3, weight.in_features, generator=gen)
-    want = x.double() @ dequantize_ref(weight).double().T
+    seen = x if many_rows_gemm is not None else quantize_activations_ref(x)
+    want = seen.double() @ dequantize_ref(weight).double().T
     for scratch_rows in (1, 5, 36, 37):
         got = quant_linear(x, weight, cpu_kernels, torch.empty(scratch_rows * weight.in_features))
         magnitude = dequantize_ref(weight).double().abs()
-        bound = 1e-5 * (x.double().abs() @ magnitude.T) + gemm_rounding(x, magnitude)
+        bound = 1e-5 * (seen.double().abs() @ magnitude.T) + gemm_rounding(x, magnitude)
         assert bool(((got.double() - want).abs() <= bound).all()), scratch_rows
+
+
+@pytest.mark.parametrize("qtype", list(BLOCK_LAYOUTS))
+def test_int8_dots_are_batch_invariant(cpu_kernels, qtype, monkeypatch):
+    """With the GEMM off, a row's output is the same bits whatever rows share its call (a prompt's tail after a
+    cache hit equals the same rows computed with the whole prompt), for every grouping the kernel makes."""
+    monkeypatch.setenv("LLMCHAT_QUANT_GEMM", "off")
+    gemm_dtype.cache_clear()
+    try:
+        weight, gen = _case(qtype, 0.05, seed=zlib.crc32(f"invariant {qtype}".encode()), num_out=19)
+        x = _activations(GEMM_MIN_ROWS + 37, weight.in_features, gen)
+        whole = quant_linear(x, weight, cpu_kernels)
+        for start, stop in ((0, 1), (5, 8), (3, 17), (GEMM_MIN_ROWS, GEMM_MIN_ROWS + 37), (1, GEMM_MIN_ROWS + 2)):
+            assert torch.equal(quant_linear(x[start:stop], weight, cpu_kernels), whole[start:stop]), (start, stop)
+    finally:
+        gemm_dtype.cache_clear()
+
+
+def test_unknown_gemm_mode_names_the_choices(monkeypatch):
+    monkeypatch.setenv("LLMCHAT_QUANT_GEMM", "fast")
+    gemm_dtype.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="LLMCHAT_QUANT_GEMM='fast': use one of float32, bfloat16, off"):
+            gemm_dtype()
+    finally:
+        gemm_dtype.cache_clear()

@@ -57,7 +57,7 @@ async def test_two_chats_stream_at_once_then_switch_stop_rename_delete_and_resta
         reply = first.conversation.messages[-1]
         assert reply.status == "stopped" and reply.finish_reason == "abort", (reply.metrics, reply.finish_reason)
         assert 10 <= reply.metrics.num_output_tokens < 600 and reply.content
-        assert "stopped" in screen_text(app)
+        await wait_for(pilot, lambda: "stopped" in screen_text(app))  # the reply's footer repaints on the next frame
         await wait_for(pilot, lambda: not second.busy)
         assert second.conversation.messages[-1].status == "done"
 
