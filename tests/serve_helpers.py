@@ -123,6 +123,7 @@ class ScriptedEngine:
         self.info = BackendInfo("scripted", 4096, "nowhere", "none", None)
         self.alive = True
         self.metrics = None  # (only /metrics reads it)
+        self.submitted: list[list[dict]] = []  # the messages of each chat request, as the server parsed them
 
     def submit_chat(self, messages, params):
         import asyncio
@@ -130,6 +131,7 @@ class ScriptedEngine:
         from llmchat.core.api.events import Finished, FinishReason, Started, TextDelta
         from llmchat.core.api.metrics import RequestMetrics
 
+        self.submitted.append(messages)
         queue: asyncio.Queue = asyncio.Queue()
         queue.put_nowait(Started(1, (1, 2, 3), 0, reasoning_open=self.reasoning_open))
         for i, text in enumerate(self.deltas):

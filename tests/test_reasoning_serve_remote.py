@@ -108,6 +108,21 @@ def test_a_reply_without_reasoning_has_no_reasoning_content(scripted):
     assert deltas == ["Just", " four."] and finished.text == "Just four."
 
 
+def test_reasoning_sent_back_goes_into_the_reply_text_where_the_template_sees_it():
+    engine = ScriptedEngine(["Ok."])
+    server = ThreadServer(engine)
+    try:
+        history = MESSAGES + [{"role": "assistant", "content": "4.", "reasoning_content": "Two and two."},
+                              {"role": "user", "content": "Sure?"}]
+        with openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=60) as c:
+            c.chat.completions.create(model="scripted", messages=history)
+            with pytest.raises(openai.BadRequestError, match="assistant message only"):
+                c.chat.completions.create(model="scripted", messages=[{**MESSAGES[0], "reasoning_content": "x"}])
+        assert engine.submitted[0][1] == {"role": "assistant", "content": "<think>Two and two.</think>4."}
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def thinking_server(tiny_model_dir, tmp_path_factory):
     """The tiny model with a template whose generation prompt opens <think> (as DeepSeek-R1's and Qwen3's thinking

@@ -32,6 +32,7 @@ async def test_reasoning_streams_open_then_collapses_and_toggles(tmp_path):
         block = blocks(app)[0]
         assert chat.busy and not block.collapsed  # shown while it streams
         assert block.title.startswith("Thinking…")
+        capture(app, "reasoning_streaming")
         await wait_for(pilot, lambda: not chat.busy)
         await pilot.pause(0.1)
         reply = chat.conversation.messages[-1]
