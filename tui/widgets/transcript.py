@@ -106,7 +106,8 @@ class AssistantMessage(MessageView):
         if self.marks_drafts:  # the raw text (tags included): draft spans index it
             yield Static(marked_reply(self._raw, self.message.draft_spans), classes="body -drafts")
         else:
-            yield ReasoningBlock(self._reasoning, self._title(self._streaming), collapsed=not self._streaming)
+            if self._reasoning or self._streaming:  # (a finished reply without reasoning gets no block)
+                yield ReasoningBlock(self._reasoning, self._title(self._streaming), collapsed=not self._streaming)
             yield ReplyMarkdown(shown(self._initial), self._initial, classes="body", open_links=False)
         yield Static(Content(safe_text(self.footer(self._live))), classes="footer")
 
