@@ -41,6 +41,7 @@ async def test_reasoning_streams_open_then_collapses_and_toggles(tmp_path):
         answer = app.chat_screen.transcript.reply_view(reply).query_one(Markdown)
         assert answer.source.strip() == "Hello! How can I help?"
         text = screen_text(app)
+        capture(app, "reasoning_collapsed")
         assert "▶ Thought for 9 tokens" in text and "greets" not in text and "Reasoning" in text  # (footer)
 
         await press(pilot, "alt+r")
