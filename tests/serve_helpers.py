@@ -110,3 +110,67 @@ class Server:
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+
+
+class ScriptedEngine:
+    """What OpenAIServer needs of a ServedEngine, answering every chat with the same scripted text deltas (to
+    test what the server makes of them, e.g. <think> tags split across deltas, without a model that writes them)."""
+
+    def __init__(self, deltas: list[str], reasoning_open: bool = False) -> None:
+        from llmchat.core.api.protocol import BackendInfo
+
+        self.deltas, self.reasoning_open = deltas, reasoning_open
+        self.info = BackendInfo("scripted", 4096, "nowhere", "none", None)
+        self.alive = True
+        self.metrics = None  # (only /metrics reads it)
+        self.submitted: list[list[dict]] = []  # the messages of each chat request, as the server parsed them
+
+    def submit_chat(self, messages, params):
+        import asyncio
+
+        from llmchat.core.api.events import Finished, FinishReason, Started, TextDelta
+        from llmchat.core.api.metrics import RequestMetrics
+
+        self.submitted.append(messages)
+        queue: asyncio.Queue = asyncio.Queue()
+        queue.put_nowait(Started(1, (1, 2, 3), 0, reasoning_open=self.reasoning_open))
+        for i, text in enumerate(self.deltas):
+            queue.put_nowait(TextDelta(1, text, (100 + i,)))
+        metrics = RequestMetrics(3, 0, len(self.deltas), 0.0, 0.01, 0.01)
+        queue.put_nowait(Finished(1, FinishReason.STOP, metrics, tuple(range(len(self.deltas))), "".join(self.deltas)))
+        return queue
+
+    async def next_event(self, stream):
+        return await stream.get()
+
+    def cancel(self, stream) -> None:
+        pass
+
+
+class ThreadServer:
+    """An OpenAIServer on a ScriptedEngine, served by uvicorn on a free loopback port in this process; .url is
+    its /v1 base."""
+
+    def __init__(self, engine: ScriptedEngine) -> None:
+        import socket
+
+        import uvicorn
+
+        from llmchat.core.serve.server import OpenAIServer
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(OpenAIServer(engine).app, host="127.0.0.1", port=port,
+                                                    log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        self.url = f"http://127.0.0.1:{port}/v1"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -160,7 +160,7 @@ class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
             return
         view = self.chat_screen.transcript.reply_view(session.turn.reply)
         if view is not None:
-            await self.guarded(view.show_upto(session.turn.text))
+            await self.guarded(view.show_upto(session.turn))
             self._next_frame = now + 2 * (time.monotonic() - now)
 
     def refresh_live(self) -> None:

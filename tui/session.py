@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.chats.conversation import ChatSettings, Conversation, Message
+from ..core.text.reasoning import REASONING, ReasoningSplitter
 
 if TYPE_CHECKING:
     from ..core.api.protocol import Handle
@@ -24,13 +25,38 @@ class Turn:
     cancelled: bool = False
     last_saved: float = field(default_factory=time.monotonic)
     num_chars: int = 0  # len(self.text)
+    # the text split as it streams (core/text/reasoning.py): the reasoning block and the answer, tags removed
+    splitter: ReasoningSplitter = field(default_factory=ReasoningSplitter)
+    reasoning_parts: list[str] = field(default_factory=list)
+    content_parts: list[str] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return "".join(self.text_parts)
 
-    def add_text(self, text: str, drafted: bool) -> None:
-        """Streamed text; a drafted token's text extends the reply's draft spans (merged when adjacent)."""
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_parts)
+
+    @property
+    def content(self) -> str:
+        return "".join(self.content_parts)
+
+    def begin_inside_reasoning(self) -> None:
+        """The prompt opened `<think>` (Started.reasoning_open): the reply's first text is reasoning."""
+        assert not self.text_parts, "before any text"
+        self.splitter = ReasoningSplitter(inside=True)
+        self.reply.reasoning_open = True
+
+    def add_text(self, text: str, drafted: bool, num_tokens: int = 1) -> None:
+        """Streamed text; a drafted token's text extends the reply's draft spans (merged when adjacent). The
+        tokens of a delta that is (or ends) reasoning count as reasoning tokens."""
+        was_inside = self.splitter.inside
+        pieces = self.splitter.feed(text)
+        for kind, piece in pieces:
+            (self.reasoning_parts if kind == REASONING else self.content_parts).append(piece)
+        if was_inside or self.splitter.inside or any(kind == REASONING for kind, _ in pieces):
+            self.reply.num_reasoning_tokens = (self.reply.num_reasoning_tokens or 0) + num_tokens
         self.text_parts.append(text)
         start, self.num_chars = self.num_chars, self.num_chars + len(text)
         if drafted and text:

@@ -102,9 +102,11 @@ class TurnManager:
                 self._finish(session, event)
             elif isinstance(event, Started):
                 turn.prompt_ids = list(event.prompt_ids)
+                if event.reasoning_open:
+                    turn.begin_inside_reasoning()
                 self._write(session.conversation.begin_reply, turn.user, turn.reply, turn.prompt_ids)
             else:
-                turn.add_text(event.text, event.drafted)
+                turn.add_text(event.text, event.drafted, len(event.token_ids) or 1)
                 turn.output_ids.extend(event.token_ids)
         now = time.monotonic()
         for session in self.by_handle.values():

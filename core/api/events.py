@@ -26,6 +26,8 @@ class Started:
     prompt_ids: tuple[int, ...]  # exactly what the model is fed (the conversation keeps these ids)
     num_cached_tokens: int  # of them, how many came from the prefix cache
     num_disk_tokens: int = 0  # of those, how many the disk tier supplied
+    reasoning_open: bool = False  # the prompt ends inside `<think>` (its generation prompt opened it): the
+    # reply's text begins inside reasoning (core/text/reasoning.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CAUSES = ("cache-off", "model", "system-prompt", "template", "disk-corrupt", "evicted", "disk-miss", "not-cached",
+CAUSES = ("cache-off", "model", "system-prompt", "reasoning", "template", "disk-corrupt", "evicted", "disk-miss", "not-cached",
           "partial-block", "new-text")
 DISK = ("off", "unused", "hit", "miss", "corrupt")  # the disk tier's part in the lookup
 
@@ -49,6 +49,10 @@ class CacheExplanation:
     num_preemptions: int = 0  # this request was preempted (its KV freed and recomputed) this many times
     num_disk_tokens: int = 0  # of num_cached_tokens, how many the disk tier supplied
     disk: str = "off"  # one of DISK: off (no tier), unused, hit (some reuse came from disk), miss, corrupt
+    # cause "reasoning": the template left out the earlier reply's reasoning block (this many of the chat's ids),
+    # so the tokens the chat had after it (that reply's answer, this many) are prefilled again
+    num_dropped_reasoning_tokens: int = 0
+    num_reprefilled_tokens: int = 0
 
     @property
     def num_new_tokens(self) -> int:

@@ -7,6 +7,8 @@ streamed chunk, one clock: time.perf_counter); prompt and cached tokens come fro
 (0 when it does not send them); queue/KV/prefix-cache figures from its `/metrics` when it is a
 vLLM/SGLang/llmchat server (core/backends/remote_stats.py), None otherwise. Token ids are not known: Started and
 TextDelta carry none, so a conversation's ids are re-derived by whichever engine runs its next turn.
+A server's separate reasoning (`reasoning_content`, vLLM/DeepSeek style) comes back as `<think>…</think>` text,
+as the in-process engine streams it, so the app shows the same reasoning block.
 A connection error, a timeout, a 4xx/5xx or a server dying mid-stream ends that request with one
 Finished(ERROR) line; the text received so far is kept in it.
 """
@@ -25,6 +27,7 @@ import httpx
 from ..api.events import Finished, Started, TextDelta
 from ..api.metrics import EngineStats, LiveRequest, RequestMetrics, StatsWindow
 from ..api.protocol import BackendInfo, Sink
+from ..text.reasoning import ReasoningTagger
 from .remote_stats import ServerFigures, parse_server_metrics
 from ..api.events import FinishReason
 
@@ -220,6 +223,7 @@ class RemoteBackend:
 
     def _read_stream(self, handle: RemoteHandle, response: httpx.Response, parts: list[str]):
         reason, usage = None, {}
+        tagger = ReasoningTagger()  # a server's reasoning_content back into <think> text, as a local reply streams
         for line in response.iter_lines():
             if handle.cancelled.is_set():
                 return FinishReason.ABORT, None, usage
@@ -235,7 +239,9 @@ class RemoteBackend:
                 return FinishReason.ERROR, f"the server reported: {message}", usage
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or ():
-                text = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
+                delta = choice.get("delta") or {}
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""  # (newer vLLM: reasoning)
+                text = tagger.tagged(reasoning, delta.get("content") or choice.get("text") or "")
                 if text:
                     t = time.perf_counter()
                     handle.first_token = handle.first_token or t

@@ -15,18 +15,22 @@ import queue
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
+from dataclasses import replace
 
 from ..inspect.block_map import block_map_of
 from ..inspect.cache_check import check_cache
 from ..api.explanation import PromptContext
 from ..engine.engine import LLMEngine
 from ..inspect.engine_facts import facts_of
-from ..api.events import EngineEvent, Finished
+from ..api.events import EngineEvent, Finished, Started
 from ..api.metrics import EngineStats, RequestMetrics
 from ..text.prompt import prompt_ids_for
+from ..text.reasoning import opens_reasoning
 from ..api.protocol import BackendInfo, ChatPrompt
 from ..api.params import SamplingParams
 from ..api.events import FinishReason
+
+REASONING_TAIL_IDS = 16  # the prompt's last ids, decoded, say whether its generation prompt opened `<think>`
 
 Sink = Callable[["RequestHandle", EngineEvent], None]
 log = logging.getLogger(__name__)
@@ -75,6 +79,7 @@ class EngineService:
         self._ids = itertools.count(1)
         self._by_request: dict[int, RequestHandle] = {}  # engine request id -> handle (engine thread only)
         self._request_of: dict[int, int] = {}  # handle id -> engine request id (engine thread only)
+        self._opens_reasoning: set[int] = set()  # requests whose prompt opened `<think>` (engine thread only)
         self._stats = engine.stats()
         self._stats_lock = threading.Lock()
         self._stopped = threading.Event()
@@ -231,6 +236,8 @@ class EngineService:
             request_id = self.engine.add_request(prompt, params, handle.tag, context, use_prefix_cache)
             handle.request_id = request_id
             self._by_request[request_id] = handle
+            if opens_reasoning(self.engine.tokenizer.decode(prompt[-REASONING_TAIL_IDS:])):
+                self._opens_reasoning.add(request_id)
             self._request_of[handle.handle_id] = request_id
         elif msg[0] == "call":
             _, fn, future = msg
@@ -260,6 +267,9 @@ class EngineService:
             if isinstance(event, Finished):
                 del self._by_request[event.request_id]
                 del self._request_of[handle.handle_id]
+                self._opens_reasoning.discard(event.request_id)
+            elif isinstance(event, Started) and event.request_id in self._opens_reasoning:
+                event = replace(event, reasoning_open=True)
             handle._deliver(event)
             if self.sink is not None:
                 self.sink(handle, event)

@@ -75,6 +75,10 @@ class Message:
     # character ranges [start, end) of a reply streamed in this run whose tokens were drafted and kept
     # (speculative decoding); not stored
     draft_spans: list[tuple[int, int]] = field(default_factory=list)
+    # a reply streamed in this run (not stored): it began inside `<think>` (its prompt opened it), and how many
+    # of its tokens were reasoning (None: not known, e.g. a reply loaded from the store)
+    reasoning_open: bool = False
+    num_reasoning_tokens: int | None = None
 
 
 class ChatWriter(Protocol):

@@ -10,6 +10,10 @@ Causes, checked in this order (the first that explains the miss wins):
 - cache-off:     prefix caching is off (engine-wide, or for this request: the exactness check);
 - model:         the chat's earlier KV was made by another model or dtype (another fingerprint);
 - system-prompt: the system prompt changed since the chat's last turn, so its first block differs;
+- reasoning:     the chat template left out an earlier reply's reasoning (`<think>…</think>`; Qwen3's and
+                 DeepSeek-R1's templates drop it from every assistant turn before the last user message): the
+                 kept ids have the block where the prompt has the answer, so the answer is prefilled again
+                 (how many tokens were dropped, how many prefilled again);
 - template:      the chat template re-rendered earlier turns differently, so the prompt is not the kept
                  ids + new ids (first divergent position, and the token there in both);
 - evicted:       blocks this chat had computed were evicted (LRU) to make room (how many, how long ago);
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from ..api.explanation import CAUSES, DISK, CacheExplanation, PriorTurn, PromptContext
+from ..text.reasoning import CLOSE, OPEN
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
@@ -34,6 +39,23 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while i < n and a[i] == b[i]:
         i += 1
     return i
+
+
+def reasoning_block_at(ids: Sequence[int], start: int, token_text: Callable[[int], str]) -> int:
+    """How many of `ids` from `start` are a reasoning block (`<think>…</think>` and the whitespace after it); 0:
+    none begins there (or it never closes: a template keeps an unclosed block as it is)."""
+    text = ""
+    for i in range(start, len(ids)):
+        text += token_text(ids[i])
+        head = text.lstrip()
+        if not (head.startswith(OPEN) or OPEN.startswith(head)):
+            return 0
+        if CLOSE in text:
+            end = i + 1
+            while end < len(ids) and not token_text(ids[end]).strip():
+                end += 1
+            return end - start
+    return 0
 
 
 def explain_reuse(
@@ -85,6 +107,10 @@ def explain_reuse(
                 and prior.system_prompt != context.system_prompt):
             return made("system-prompt", **divergence)
         if num_known < len(kept):  # the kept ids were not the prompt's prefix: the template rewrote them
+            dropped = reasoning_block_at(kept, num_known, token_text)
+            if dropped:
+                return made("reasoning", num_dropped_reasoning_tokens=dropped,
+                            num_reprefilled_tokens=len(kept) - num_known - dropped, **divergence)
             return made("template", **divergence)
     # Full blocks that could have been reused: the last id of the earlier request was sampled, never fed (no
     # KV), and the prompt's last token is always computed.

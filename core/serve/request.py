@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..api.params import DEFAULT_SAMPLING, SamplingParams
+from ..text.reasoning import CLOSE, OPEN
 
 MAX_BODY_BYTES = 8 << 20  # 8 MiB: a full context of text is far less
 ROLES = ("system", "user", "assistant")
@@ -114,7 +115,7 @@ def _message(m: object, i: int) -> dict:
     where = f"messages[{i}]"
     if not isinstance(m, dict):
         raise ApiError(400, f"{where} must be an object with role and content", where)
-    extra = set(m) - {"role", "content", "name"}
+    extra = set(m) - {"role", "content", "name", "reasoning_content"}
     if extra:
         raise ApiError(400, f"{where} has unknown field(s) {', '.join(sorted(extra))}; send role and content", where)
     role, content = m.get("role"), m.get("content")
@@ -126,6 +127,11 @@ def _message(m: object, i: int) -> dict:
         content = "".join(p["text"] for p in content)
     if not isinstance(content, str):
         raise ApiError(400, f"{where}.content must be a string", f"{where}.content")
+    reasoning = m.get("reasoning_content")
+    if reasoning is not None and (role != "assistant" or not isinstance(reasoning, str)):
+        raise ApiError(400, f"{where}.reasoning_content: a string, on an assistant message only", where)
+    if reasoning:  # back into the reply's text, where the chat template applies its own rule to it
+        content = f"{OPEN}{reasoning}{CLOSE}{content}"
     return {"role": role, "content": content}
 
 

@@ -26,18 +26,26 @@ class Reply:
         return {"id": self.id, "object": kind + (".chunk" if chunk and self.chat else ""), "created": self.created,
                 "model": self.model, "choices": choices}
 
-    def whole(self, text: str, reason: FinishReason, metrics: RequestMetrics) -> dict:
+    def whole(self, text: str, reason: FinishReason, metrics: RequestMetrics, reasoning: str | None = None) -> dict:
+        """`reasoning`: a chat reply's reasoning, sent apart as `message.reasoning_content` (None: it had none)."""
         choice = {"index": 0, "finish_reason": FINISH_REASONS[reason], "logprobs": None}
-        choice.update({"message": {"role": "assistant", "content": text}} if self.chat else {"text": text})
+        message = {"role": "assistant", "content": text}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        choice.update({"message": message} if self.chat else {"text": text})
         return self._envelope([choice], chunk=False) | {"usage": usage(metrics)}
 
-    def chunk(self, text: str | None, reason: FinishReason | None = None, first: bool = False) -> bytes:
-        """One SSE event with a text delta (chat: the first one also says the role) or the finish reason."""
+    def chunk(self, text: str | None, reason: FinishReason | None = None, first: bool = False,
+              reasoning: str | None = None) -> bytes:
+        """One SSE event with a text delta (chat: the first one also says the role; `reasoning`: a reasoning
+        delta, as `delta.reasoning_content`) or the finish reason."""
         choice: dict = {"index": 0, "finish_reason": FINISH_REASONS[reason] if reason else None, "logprobs": None}
         if self.chat:
             delta = {"role": "assistant"} if first else {}
             if text is not None:
                 delta["content"] = text
+            if reasoning is not None:
+                delta["reasoning_content"] = reasoning
             choice["delta"] = delta
         else:
             choice["text"] = text or ""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..engine.engine import LLMEngine
 from ..api.events import EngineEvent, Finished, Started
+from ..text.reasoning import split_reasoning
 from ..api.protocol import BackendInfo
 from ..api.params import SamplingParams
 from .metrics import ServeMetrics
@@ -116,7 +117,11 @@ class ServedEngine:
             stream.started = event
         elif isinstance(event, Finished) and stream.messages is not None and stream.started is not None \
                 and event.reason.value in ("stop", "length") and not event.error:
-            self.memory.remember(stream.messages, event.text, stream.started.prompt_ids + event.output_ids)
+            ids = stream.started.prompt_ids + event.output_ids
+            self.memory.remember(stream.messages, event.text, ids)
+            _, content = split_reasoning(event.text, stream.started.reasoning_open)
+            if content != event.text:  # a client sends the reply back as its content, without the reasoning
+                self.memory.remember(stream.messages, content, ids)
         return event
 
     def cancel(self, stream: RequestStream) -> None:

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..api.events import Finished, TextDelta
+from ..text.reasoning import CONTENT, ReasoningSplitter, split_reasoning
 from .request import ApiError, ParsedRequest, decode_body, parse_chat, parse_completion, read_capped_body
 from .response import SSE_DONE, Reply, sse
 from .served_engine import RequestStream, ServedEngine
@@ -156,10 +157,12 @@ class OpenAIServer:
             if isinstance(first, Finished):  # refused before it started: nothing was generated
                 raise ApiError(400, first.error or "the request was refused", "messages" if chat else "prompt")
             reply = Reply(self.model_name, chat)
+            # chat replies: <think> text apart, as reasoning_content (completions: the raw text)
+            inside = bool(getattr(first, "reasoning_open", False)) if chat else None
             if parsed.stream:
                 handed_over = True  # from here the response releases it, however it ends
-                return _EventStream(self._sse(stream, reply, parsed.include_usage), release)
-            return await self._whole(watch, reply)
+                return _EventStream(self._sse(stream, reply, parsed.include_usage, inside), release)
+            return await self._whole(watch, reply, inside)
         except _ClientGone:
             return Response(status_code=499)
         finally:
@@ -167,23 +170,35 @@ class OpenAIServer:
             if not handed_over:
                 release()
 
-    async def _whole(self, watch: _Watch, reply: Reply) -> Response:
+    async def _whole(self, watch: _Watch, reply: Reply, inside: bool | None) -> Response:
+        """`inside`: split the reply's reasoning off (True: it began inside `<think>`); None: the raw text."""
         while not isinstance(event := await watch.next(), Finished):
             pass
         if event.error:
             raise ApiError(500, f"the reply was cut short: {event.error}", kind="server_error")
-        return JSONResponse(reply.whole(event.text, event.reason, event.metrics))
+        text, reasoning = event.text, None
+        if inside is not None:
+            reasoning, text = split_reasoning(event.text, inside)
+            reasoning = reasoning if reasoning or inside or text != event.text else None
+        return JSONResponse(reply.whole(text, event.reason, event.metrics, reasoning))
 
-    async def _sse(self, stream: RequestStream, reply: Reply, include_usage: bool):
+    async def _sse(self, stream: RequestStream, reply: Reply, include_usage: bool, inside: bool | None):
+        splitter = ReasoningSplitter(inside) if inside is not None else None
         if reply.chat:
             yield reply.chunk("", first=True)
         while True:
             event = await self.served.next_event(stream)
             if isinstance(event, TextDelta):
-                if event.text:
+                if event.text and splitter is None:
                     yield reply.chunk(event.text)
+                elif event.text:
+                    for chunk in self._pieces(reply, splitter.feed(event.text)):
+                        yield chunk
             elif isinstance(event, Finished):
                 break
+        if splitter is not None:
+            for chunk in self._pieces(reply, splitter.flush()):
+                yield chunk
         if event.error:
             yield sse(ApiError(500, f"the reply was cut short: {event.error}", kind="server_error").body())
         else:
@@ -191,6 +206,10 @@ class OpenAIServer:
             if include_usage:
                 yield reply.usage_chunk(event.metrics)
         yield SSE_DONE
+
+    @staticmethod
+    def _pieces(reply: Reply, pieces: list[tuple[str, str]]) -> list[bytes]:
+        return [reply.chunk(text) if kind == CONTENT else reply.chunk(None, reasoning=text) for kind, text in pieces]
 
     # -- errors -----------------------------------------------------------------------------
     def _check_key(self, request: Request) -> None:

@@ -26,8 +26,10 @@ class FakeBackend:
     character of the new message (so a test can check that the UI keeps exactly what the backend said)."""
 
     def __init__(self, sink, reply: str = "Hello from the fake backend.", delay_s: float = 0.01,
-                 refuse_after_s: float | None = None, drafted_words: frozenset[int] = frozenset()) -> None:
+                 refuse_after_s: float | None = None, drafted_words: frozenset[int] = frozenset(),
+                 reasoning_open: bool = False) -> None:
         self.sink = sink
+        self.reasoning_open = reasoning_open  # Started says the prompt opened <think> (the reply begins inside)
         self.drafted_words = drafted_words  # indexes of reply words streamed as kept speculative drafts
         self.refuse_after_s = refuse_after_s  # not None: refuse every prompt after that long
         self.reply = reply
@@ -55,7 +57,7 @@ class FakeBackend:
             self.sink(handle, Finished(handle.request_id, FinishReason.ERROR, metrics, (), "",
                                        f"the prompt has {len(prompt)} tokens but the model's context is 4"))
             return
-        self.sink(handle, Started(handle.request_id, tuple(prompt), 0))
+        self.sink(handle, Started(handle.request_id, tuple(prompt), 0, reasoning_open=self.reasoning_open))
         output: list[int] = []
         words = self.reply.split(" ")
         reason = FinishReason.STOP

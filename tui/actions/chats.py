@@ -185,6 +185,10 @@ class ChatActions(AppMixin):
         screen.set_class(not shown, "-panels-shown")
         screen.set_class(shown, "-panels-hidden")
 
+    def action_toggle_reasoning(self) -> None:
+        if not self.chat_screen.transcript.toggle_reasoning(self.focused):
+            self.notify("No reply in this chat has a reasoning block", timeout=2)
+
     async def action_toggle_drafts(self) -> None:
         self.mark_drafts = not self.mark_drafts
         await self.chat_screen.transcript.show(self.current)

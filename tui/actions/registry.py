@@ -46,6 +46,9 @@ ACTIONS: tuple[UserAction, ...] = (
        label="Copy reply"),
     _a("toggle_theme", "Toggle light/dark theme", "switch between the light and the dark theme", "ctrl+t",
        label="Theme"),
+    _a("toggle_reasoning", "Toggle reasoning", "open or close the reasoning block (<think>) of the focused reply, "
+                                               "else of the last reply that has one", "alt+r", label="Reasoning",
+       also="or r on a reply", in_prompt=True),
     _a("toggle_panels", "Toggle panels", "show or hide the engine panels", "ctrl+b"),
     _a("switch(-1)", "Previous chat", "open the previous chat in the list", "ctrl+up,alt+up"),
     _a("switch(1)", "Next chat", "open the next chat in the list", "ctrl+down,alt+down"),

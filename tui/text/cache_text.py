@@ -20,6 +20,9 @@ def reason(e: CacheExplanation) -> str:
         return f"new text from token {e.num_known_tokens:,}" + (f"; the last partial block cost {r:,} tokens" if r else "")
     if cause == "partial-block":
         return f"nothing new: only the last partial block was recomputed ({r:,} tokens; blocks are cached only when full)"
+    if cause == "reasoning":
+        return (f"the template drops earlier turns' reasoning ({e.num_dropped_reasoning_tokens:,} tokens from "
+                f"token {e.divergence:,}): {e.num_reprefilled_tokens + r:,} tokens prefilled again")
     if cause in ("template", "system-prompt"):
         what = "the chat template re-rendered earlier turns" if cause == "template" else "the system prompt changed"
         return f"{what}: token {e.divergence:,} was {token(e.earlier_token)}, now {token(e.prompt_token)}"

@@ -12,8 +12,10 @@ from ...core.chats.conversation import Message
 from ..text import format as fmt
 from ..text.cache_text import explanation_line
 from ..text.draft_marks import drafted_share, marked_reply
+from ...core.text.reasoning import split_reasoning
 from ...core.text.sanitize import safe_text
-from ..session import ChatSession
+from ..session import ChatSession, Turn
+from .reasoning_block import ReasoningBlock, reasoning_title
 from .code_fence import ReplyMarkdown
 
 
@@ -73,16 +75,27 @@ def footer_text(message: Message, live: str | None = None) -> str:
 
 
 class AssistantMessage(MessageView):
-    BINDINGS = [Binding("w", "why", "Why this reuse")]
+    """A reply: its reasoning block (tui/widgets/reasoning_block.py; hidden when it has none), its answer as
+    Markdown, its metrics line."""
+
+    BINDINGS = [Binding("w", "why", "Why this reuse"), Binding("r", "toggle_reasoning", "Reasoning")]
 
     def action_why(self) -> None:
         self.app.explain_reply(self.message)
 
-    def __init__(self, message: Message, text: str | None = None, live: str | None = None) -> None:
+    def action_toggle_reasoning(self) -> None:
+        self.toggle_reasoning()
+
+    def __init__(self, message: Message, turn: Turn | None = None, live: str | None = None) -> None:
         super().__init__(message)
-        self._initial = message.content if text is None else text
+        if turn is not None:  # streaming: the text split so far
+            self._raw, self._reasoning, self._initial = turn.text, turn.reasoning, turn.content
+        else:
+            self._raw = message.content
+            self._reasoning, self._initial = split_reasoning(self._raw, True if message.reasoning_open else None)
+        self._streaming = turn is not None
         self._live = live
-        self.num_chars_shown = len(self._initial)  # of the raw reply text
+        self.num_chars_shown = len(self._raw if self.marks_drafts else self._initial)  # raw text / answer
 
     @property
     def marks_drafts(self) -> bool:
@@ -90,26 +103,48 @@ class AssistantMessage(MessageView):
         return bool(getattr(self.app, "mark_drafts", False))
 
     def compose(self) -> ComposeResult:
-        if self.marks_drafts:
-            yield Static(marked_reply(self._initial, self.message.draft_spans), classes="body -drafts")
+        if self.marks_drafts:  # the raw text (tags included): draft spans index it
+            yield Static(marked_reply(self._raw, self.message.draft_spans), classes="body -drafts")
         else:
+            if self._reasoning or self._streaming:  # (a finished reply without reasoning gets no block)
+                yield ReasoningBlock(self._reasoning, self._title(self._streaming), collapsed=not self._streaming)
             yield ReplyMarkdown(shown(self._initial), self._initial, classes="body", open_links=False)
         yield Static(Content(safe_text(self.footer(self._live))), classes="footer")
+
+    def _title(self, thinking: bool, reasoning: str | None = None) -> str:
+        reasoning = self._reasoning if reasoning is None else reasoning
+        return reasoning_title(self.message.num_reasoning_tokens, len(reasoning), thinking)
 
     def footer(self, live: str | None = None) -> str:
         text = footer_text(self.message, live)
         share = drafted_share(self.message.content, self.message.draft_spans) if live is None else ""
         return f"{text}\n{share}" if self.marks_drafts and share else text
 
-    async def show_upto(self, text: str) -> None:
-        """Show a streaming reply up to `text` (the whole reply so far): appends only what is new, so only
-        the last Markdown block is re-parsed. Called once per frame at most, with everything since."""
-        if len(text) <= self.num_chars_shown:
-            return
+    def toggle_reasoning(self) -> bool:
+        """Open or close this reply's reasoning block; False: it has none."""
+        for block in self.query(ReasoningBlock):
+            if block.text:
+                block.toggle()
+                return True
+        return False
+
+    @property
+    def has_reasoning(self) -> bool:
+        return any(block.text for block in self.query(ReasoningBlock))
+
+    async def show_upto(self, turn: Turn) -> None:
+        """Show a streaming reply as far as `turn` got: the reasoning block's text, then only what is new of the
+        answer, so only the last Markdown block is re-parsed. Called once per frame at most."""
         if self.marks_drafts:
-            for body in self.query(".-drafts"):
-                self.num_chars_shown = len(text)
-                body.update(marked_reply(text, self.message.draft_spans))
+            if len(turn.text) > self.num_chars_shown:
+                for body in self.query(".-drafts"):
+                    self.num_chars_shown = len(turn.text)
+                    body.update(marked_reply(turn.text, self.message.draft_spans))
+            return
+        for block in self.query(ReasoningBlock):
+            block.show(turn.reasoning, self._title(turn.splitter.inside, turn.reasoning))
+        text = turn.content
+        if len(text) <= self.num_chars_shown:
             return
         found = self.query(Markdown)
         if not found:  # (not composed yet)
@@ -124,17 +159,23 @@ class AssistantMessage(MessageView):
             footer.update(Content(live))
 
     async def finish(self) -> None:
-        """The reply is final (self.message updated): show all of it and its metrics line."""
+        """The reply is final (self.message updated): show all of it and its metrics line; its reasoning
+        block collapses."""
         self.set_class(self.message.status != "done", "-cut")
         bodies, footers = list(self.query(".body")), list(self.query(".footer"))
+        reasoning, content = split_reasoning(self.message.content, True if self.message.reasoning_open else None)
         if not bodies or not footers:  # not composed yet: compose() will show the final message
-            self._initial, self._live = self.message.content, None
+            self._raw, self._reasoning, self._initial, self._live = self.message.content, reasoning, content, None
+            self._streaming = False
             return
+        for block in self.query(ReasoningBlock):
+            block.show(reasoning, self._title(False, reasoning))
+            block.collapsed = True
         body = bodies[0]
         if isinstance(body, Markdown):
-            body.reply_text = self.message.content
-            if body.source != shown(self.message.content):
-                await body.update(shown(self.message.content))
+            body.reply_text = content
+            if body.source != shown(content):
+                await body.update(shown(content))
         else:
             body.update(marked_reply(self.message.content, self.message.draft_spans))
         footers[0].update(Content(safe_text(self.footer())))
@@ -160,7 +201,7 @@ class Transcript(VerticalScroll):
                     if m.role == "user":
                         widgets.append(UserMessage(m))
                     elif turn is not None and m is turn.reply:
-                        widgets.append(AssistantMessage(m, turn.text, live=live_text(session)))
+                        widgets.append(AssistantMessage(m, turn, live=live_text(session)))
                     else:
                         widgets.append(AssistantMessage(m))
             await self.mount_all(widgets)
@@ -170,7 +211,7 @@ class Transcript(VerticalScroll):
         turn = session.turn
         assert turn is not None and session is self.session
         await self.query(".welcome").remove()
-        reply = AssistantMessage(turn.reply, "", live=live_text(session))
+        reply = AssistantMessage(turn.reply, turn, live=live_text(session))
         await self.mount_all([UserMessage(turn.user), reply])
         self.anchor()
         return reply
@@ -180,6 +221,13 @@ class Transcript(VerticalScroll):
             if view.message is message:
                 return view
         return None
+
+    def toggle_reasoning(self, focused: object) -> bool:
+        """Open or close the focused reply's reasoning block, or else the last one's; False: no reply here has
+        reasoning."""
+        views = [v for v in self.query(AssistantMessage) if v.has_reasoning]
+        view = focused if focused in views else views[-1] if views else None
+        return view is not None and view.toggle_reasoning()
 
     def focus_message(self, message_id: int) -> bool:
         """Scroll to the message with this store id and focus it (the view stops following the bottom)."""
