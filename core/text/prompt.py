@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .special_text import encode_pieces, fed_prefix_fits, holds_special_text, mark_messages, segments
 from .tokenizer import Tokenizer
 
 
@@ -39,7 +40,10 @@ def _encode(tokenizer: Tokenizer, text: str) -> list[int]:
 
 def prompt_ids_for(tokenizer: Tokenizer, messages: Sequence[dict], token_ids: Sequence[int] = ()) -> list[int]:
     """The ids to submit: `messages` are the template messages, the new user message last; `token_ids`
-    are the ids the conversation fed and got so far (empty for its first turn)."""
+    are the ids the conversation fed and got so far (empty for its first turn). Special-token strings in the
+    messages' text stay plain text (special_text); only the template places special ids."""
+    if holds_special_text(tokenizer, messages):
+        return _ids_with_plain_specials(tokenizer, messages, token_ids)
     text = prompt_text(tokenizer, messages)
     if token_ids:
         fed = tokenizer.decode(token_ids)
@@ -48,6 +52,17 @@ def prompt_ids_for(tokenizer: Tokenizer, messages: Sequence[dict], token_ids: Se
     # The first turn, or the template rewrote earlier turns (or a stop string cut a reply): a fresh
     # tokenization; the prefix cache still reuses whatever leading blocks match.
     return _encode(tokenizer, text)
+
+
+def _ids_with_plain_specials(tokenizer: Tokenizer, messages: Sequence[dict], token_ids: Sequence[int]) -> list[int]:
+    """prompt_ids_for where some message text holds a special-token string: render with those strings marked,
+    keep the fed ids where they are this tokenization's prefix, encode the rest piece by piece."""
+    marked, mark = mark_messages(tokenizer, messages, tokenizer.chat_template or "")
+    pieces = segments(tokenizer, prompt_text(tokenizer, marked), mark)
+    fed_length = fed_prefix_fits(tokenizer, token_ids, pieces) if token_ids else None
+    if fed_length is not None:
+        return list(token_ids) + encode_pieces(tokenizer, pieces, fed_length)
+    return encode_pieces(tokenizer, pieces, leading_bos=True)
 
 
 def chat_messages(question: str, system: str | None = None) -> list[dict]:

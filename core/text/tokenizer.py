@@ -32,6 +32,8 @@ class Tokenizer:
         self._template = compile_chat_template(chat_template) if chat_template is not None else None
         added = backend.get_added_tokens_decoder()
         self.special_token_ids: frozenset[int] = frozenset(i for i, tok in added.items() if tok.special)
+        self.special_strings: tuple[str, ...] = tuple(sorted({added[i].content for i in self.special_token_ids}))
+        self._plain_backend: HFTokenizer | None = None  # the backend with special-token matching off, on first use
         self.special_tokens: dict[str, str] = {
             name: text for name in ("bos_token", "eos_token", "unk_token", "pad_token")
             if (text := _token_text(config.get(name))) is not None
@@ -94,6 +96,14 @@ class Tokenizer:
             assert self.bos_token_id is not None, "add_bos needs a bos_token"
             ids.insert(0, self.bos_token_id)
         return ids
+
+    def encode_plain(self, text: str) -> list[int]:
+        """Token ids of `text` as plain text: a special-token string in it is encoded as its characters (the
+        way any other text is), never as the special id. No BOS."""
+        if self._plain_backend is None:
+            self._plain_backend = HFTokenizer.from_str(self._backend.to_str())
+            self._plain_backend.encode_special_tokens = True
+        return self._plain_backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
