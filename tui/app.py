@@ -24,6 +24,7 @@ from .text.key_bindings import apply_config_keys
 from .actions.cache_ops import ChatOps
 from .actions.registry import app_bindings
 from .actions.model_switch import remember_model
+from .actions.cost_preview import CostPreviewView
 from .actions.turn_views import TurnViews
 from .messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks)
@@ -43,7 +44,7 @@ NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
 
 
-class LlmChatApp(TurnViews, ChatOps, ChatActions, App):
+class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them

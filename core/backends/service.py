@@ -24,6 +24,7 @@ from ..engine.engine import LLMEngine
 from ..inspect.engine_facts import facts_of
 from ..api.events import EngineEvent, Finished, Started
 from ..api.metrics import EngineStats, RequestMetrics
+from ..inspect.cost_preview import preview_cost
 from ..text.prompt import prompt_ids_for
 from ..text.reasoning import opens_reasoning
 from ..api.protocol import BackendInfo, ChatPrompt
@@ -156,6 +157,12 @@ class EngineService:
         """Keep a conversation's blocks out of LRU eviction (within the pin budget) or return them to it;
         answers (blocks pinned, blocks in its chain)."""
         return self._call(lambda engine: engine.chains.pin(conversation_id, pinned))
+
+    def preview_cost(self, messages: list[dict], token_ids: list[int]) -> Future:
+        """A CostPreview (core/inspect/cost_preview.py) of the turn `messages` (the draft last) would start:
+        rendered and looked up on the engine thread, between steps; nothing is computed."""
+        messages, ids = [dict(m) for m in messages], list(token_ids)
+        return self._call(lambda engine: preview_cost(engine, prompt_ids_for(engine.tokenizer, messages, ids)))
 
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py), run on a short thread of its own: it waits for two

@@ -58,6 +58,7 @@ class TurnViews(AppMixin):
             screen.show_banner(session.banner)
             self.show_header()
             screen.panels.show_chat(session)
+            self.ask_cost_preview()  # a draft typed while it replied: priced now that the reply is cached
         elif session.banner is not None:
             self.notify(f"#{session.chat_id}: {session.banner.text}", severity="warning", timeout=6)
 

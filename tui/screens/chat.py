@@ -45,11 +45,13 @@ class ChatScreen(Screen):
                 yield Transcript(id="transcript")
                 yield BannerView(id="banner")
                 yield PromptInput(id="prompt")
+                yield Static(id="cost-preview")
             yield Panels(id="panels")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#banner").display = False
+        self.query_one("#cost-preview").display = False
         self.query_one(PromptInput).focus()
 
     # -- pieces the app updates -------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""What sending the draft would cost, before it is sent (issue 27 item 4): tokenize the next prompt, look its
+block hashes up in the paged cache and the disk tier, and price the rest at the prefill rate measured over the
+engine's recent prefill steps. No compute: a hash lookup, on the engine thread (EngineService.preview_cost).
+
+The count is the scheduler's: full blocks of the prompt's first num_tokens - 1 tokens (the last is always
+computed), resident first, then those the disk tier would load. Blocks may be evicted before Enter, so it is a
+preview, not a promise; the reuse explainer reports what happened.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.block_manager import hash_block
+
+
+@dataclass(frozen=True, slots=True)
+class CostPreview:
+    num_prompt_tokens: int
+    num_resident_tokens: int  # reused from the paged cache
+    num_disk_tokens: int  # read back from the disk tier
+    prefill_rate: float  # prompt tokens per second over recent prefill steps (0.0: none measured yet)
+
+    @property
+    def num_reused_tokens(self) -> int:
+        return self.num_resident_tokens + self.num_disk_tokens
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return self.num_prompt_tokens - self.num_reused_tokens
+
+    @property
+    def seconds(self) -> float:
+        """The prefill's estimated time (NaN until a prefill was measured)."""
+        return self.num_prefill_tokens / self.prefill_rate if self.prefill_rate > 0 else math.nan
+
+    def text(self) -> str:
+        """One line for under the input box: `will reuse 3,968 · prefill 112 · ~0.4 s`."""
+        reuse = f"will reuse {self.num_reused_tokens:,}"
+        if self.num_disk_tokens:
+            reuse += f" ({self.num_disk_tokens:,} from disk)"
+        cost = f"~{self.seconds:.1f} s" if self.seconds == self.seconds else "time not measured yet"
+        return f"{reuse} · prefill {self.num_prefill_tokens:,} · {cost}"
+
+
+def preview_cost(engine: Any, prompt_ids: list[int]) -> CostPreview:
+    """The CostPreview of submitting `prompt_ids` to `engine` (an LLMEngine) now."""
+    manager = engine.block_manager
+    size, num_tokens = manager.block_size, len(prompt_ids)
+    hashes: list[bytes] = []
+    if manager.enable_prefix_caching:
+        for i in range(max(0, num_tokens - 1) // size):
+            hashes.append(hash_block(hashes[-1] if hashes else None, prompt_ids[i * size:(i + 1) * size],
+                                     manager.fingerprint))
+    num_resident = len(manager.resident_chain(hashes))
+    disk = engine.kv_disk
+    num_disk = 0  # the scheduler loads the run of blocks on disk that follows the resident ones
+    while disk is not None and num_resident + num_disk < len(hashes) and disk.count_on_disk(
+            [hashes[num_resident + num_disk]]):
+        num_disk += 1
+    return CostPreview(num_tokens, num_resident * size, num_disk * size, engine.window.prefill_rate())
