@@ -29,5 +29,6 @@ def run_app(args: argparse.Namespace) -> int:
     except DataDirInUse as e:
         print(f"llmchat: {e}", file=sys.stderr)
         return 2
+    app.typeahead = not getattr(args, "no_typeahead", False)
     app.run()
     return app.return_code or 0

@@ -91,9 +91,11 @@ class InspectableBackend(Backend, Protocol):
     def facts(self, copy_gb_s: float | None = None) -> Future:
         """EngineFacts (core/inspect/engine_facts.py): the live numbers of the misconceptions screen."""
 
-    def preview_cost(self, messages: list[dict], token_ids: list[int]) -> Future:
+    def preview_cost(self, messages: list[dict], token_ids: list[int], conversation_id: int | None = None,
+                     warm: bool = False) -> Future:
         """A CostPreview (core/inspect/cost_preview.py): what the turn of `messages` (the draft last, after the
-        chat's `token_ids`) would reuse and prefill, priced at the measured prefill rate; no compute."""
+        chat's `token_ids`) would reuse and prefill, priced at the measured prefill rate; with `warm`, that prompt
+        is also prefilled in idle steps for the conversation (the preview says how far it got)."""
 
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py): `prompt_ids` continued greedily for `num_tokens` with the

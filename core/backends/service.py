@@ -158,11 +158,20 @@ class EngineService:
         answers (blocks pinned, blocks in its chain)."""
         return self._call(lambda engine: engine.chains.pin(conversation_id, pinned))
 
-    def preview_cost(self, messages: list[dict], token_ids: list[int]) -> Future:
+    def preview_cost(self, messages: list[dict], token_ids: list[int], conversation_id: int | None = None,
+                     warm: bool = False) -> Future:
         """A CostPreview (core/inspect/cost_preview.py) of the turn `messages` (the draft last) would start:
-        rendered and looked up on the engine thread, between steps; nothing is computed."""
+        rendered and looked up on the engine thread, between steps. With `warm`, the engine also prefills
+        that prompt in its idle steps for the conversation (core/engine/warming.py); the preview says how far."""
         messages, ids = [dict(m) for m in messages], list(token_ids)
-        return self._call(lambda engine: preview_cost(engine, prompt_ids_for(engine.tokenizer, messages, ids)))
+
+        def run(engine: LLMEngine):
+            prompt = prompt_ids_for(engine.tokenizer, messages, ids)
+            if warm and conversation_id is not None:
+                engine.warm(conversation_id, prompt)
+            return preview_cost(engine, prompt, conversation_id)
+
+        return self._call(run)
 
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py), run on a short thread of its own: it waits for two

@@ -142,6 +142,7 @@ class LLMEngine:
     def recover(self, error: str) -> None:
         """After a step raised: forget its half-done bookkeeping and fail every request in flight."""
         self.scheduler.lookups.clear()
+        self.scheduler.warming.cancel_all()
         self.fail_all(error)
 
     @property
@@ -179,7 +180,7 @@ class LLMEngine:
             return events
         start = now()
         for seq in batch.seqs:
-            if seq.timings.scheduled is None:
+            if seq.timings.scheduled is None and not seq.is_warm:
                 seq.timings.scheduled = start
                 self.reuse.admitted(seq)
                 events.append(Started(seq.request_id, tuple(seq.token_ids[: seq.num_prompt_tokens]),
@@ -277,6 +278,10 @@ class LLMEngine:
 
     def prefix_tiers(self) -> dict[Hashable, PrefixTiers]:
         return self.chains.prefix_tiers()
+
+    def warm(self, tag: Hashable, prompt_ids: list[int]) -> int:
+        """Prefill `prompt_ids` in idle steps for conversation `tag` (core/engine/warming.py); tokens it will have."""
+        return self.scheduler.warming.start(tag, prompt_ids)
 
     def adopt_chain(self, tag: Hashable, token_ids: list[int]) -> None:
         self.chains.adopt(tag, token_ids)

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from .block_manager import BlockManager
 from .sequence import FinishReason, Sequence, SequenceStatus
+from .warming import Warming
 
 
 @dataclass(slots=True)
@@ -50,6 +51,7 @@ class Scheduler:
         self.running: list[Sequence] = []  # oldest first; the last one is preempted first
         # (prompt tokens, cached tokens, of them from the lower tier) of first admissions, drained by the engine
         self.lookups: list[tuple[int, int, int]] = []
+        self.warming = Warming(block_manager)  # drafts prefilled while the user types, in otherwise idle steps
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
@@ -57,7 +59,7 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.warming.by_tag)
 
     def schedule(self) -> tuple[ScheduledBatch, list[Sequence]]:
         """The next step's batch, and the sequences that had to finish because the KV cache cannot hold them."""
@@ -67,6 +69,8 @@ class Scheduler:
         num_new: list[int] = []
         dropped: list[Sequence] = []
         preempted = False
+        if self.waiting or self.running:
+            self.warming.pause_all()  # requests first: a paused draft holds no block (its full ones stay cached)
 
         i = 0
         while i < len(self.running) and budget > 0:
@@ -117,6 +121,9 @@ class Scheduler:
             seqs.append(seq)
             num_new.append(n)
             budget -= n
+        if not seqs and not self.running and not self.waiting and (chunk := self.warming.next_chunk(budget)):
+            seqs.append(chunk[0])
+            num_new.append(chunk[1])
         return ScheduledBatch(seqs, num_new), dropped
 
     def _load_from_lower_tier(self, seq: Sequence, start_block: int, num_blocks: int) -> None:
@@ -136,6 +143,8 @@ class Scheduler:
         for seq, n in zip(batch.seqs, batch.num_new_tokens):
             seq.num_computed_tokens += n
             registered += self.block_manager.cache_full_blocks(seq)
+            if seq.is_warm:
+                self.warming.settle(seq)
         return registered
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:

@@ -11,6 +11,9 @@ from ..api.metrics import RequestTimings
 from ..api.params import SamplingParams
 
 
+WARM_REQUEST_ID = -1  # a draft prefilled while the user types (core/engine/warming.py): no request, no events
+
+
 class SequenceStatus(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -50,6 +53,10 @@ class Sequence:
     @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_warm(self) -> bool:
+        return self.request_id == WARM_REQUEST_ID
 
     @property
     def is_finished(self) -> bool:

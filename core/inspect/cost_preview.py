@@ -21,6 +21,7 @@ class CostPreview:
     num_resident_tokens: int  # reused from the paged cache
     num_disk_tokens: int  # read back from the disk tier
     prefill_rate: float  # prompt tokens per second over recent prefill steps (0.0: none measured yet)
+    num_warming_target: int = 0  # the tokens a draft prefill in flight will have ready (0: none in flight)
 
     @property
     def num_reused_tokens(self) -> int:
@@ -41,11 +42,20 @@ class CostPreview:
         if self.num_disk_tokens:
             reuse += f" ({self.num_disk_tokens:,} from disk)"
         cost = f"~{self.seconds:.1f} s" if self.seconds == self.seconds else "time not measured yet"
-        return f"{reuse} · prefill {self.num_prefill_tokens:,} · {cost}"
+        line = f"{reuse} · prefill {self.num_prefill_tokens:,} · {cost}"
+        if self.warming:
+            line = f"ready: {self.num_resident_tokens:,} of {self.num_warming_target:,} tokens · " + line
+        return line
+
+    @property
+    def warming(self) -> bool:
+        """A draft prefill is in flight (it has not reached its target yet)."""
+        return self.num_warming_target > self.num_resident_tokens
 
 
-def preview_cost(engine: Any, prompt_ids: list[int]) -> CostPreview:
-    """The CostPreview of submitting `prompt_ids` to `engine` (an LLMEngine) now."""
+def preview_cost(engine: Any, prompt_ids: list[int], tag: Any = None) -> CostPreview:
+    """The CostPreview of submitting `prompt_ids` to `engine` (an LLMEngine) now; `tag`'s draft prefill in flight,
+    if any, is counted in."""
     manager = engine.block_manager
     size, num_tokens = manager.block_size, len(prompt_ids)
     hashes: list[bytes] = []
@@ -59,4 +69,6 @@ def preview_cost(engine: Any, prompt_ids: list[int]) -> CostPreview:
     while disk is not None and num_resident + num_disk < len(hashes) and disk.count_on_disk(
             [hashes[num_resident + num_disk]]):
         num_disk += 1
-    return CostPreview(num_tokens, num_resident * size, num_disk * size, engine.window.prefill_rate())
+    progress = engine.scheduler.warming.progress(tag) if tag is not None else None
+    target = progress[1] if progress else 0
+    return CostPreview(num_tokens, num_resident * size, num_disk * size, engine.window.prefill_rate(), target)

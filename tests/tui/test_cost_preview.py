@@ -1,5 +1,6 @@
-"""The cost preview under the input box (issue 27 item 4, tui/actions/cost_preview.py): what the draft would
-reuse and prefill, from a lookup of its blocks (no compute), checked against what the turn then really reused."""
+"""The cost preview under the input box (issue 27 items 4 and 1, tui/actions/cost_preview.py): what the draft
+would reuse and prefill, checked against what the turn then really reused; a long draft is prefilled while it
+is typed, so Enter leaves only its last partial block."""
 from __future__ import annotations
 
 import re
@@ -26,7 +27,9 @@ async def test_the_preview_prices_the_draft_and_the_turn_reuses_what_it_said(mak
         assert preview_line(app) == ""  # an empty box: no line
         for key in "And why?":
             await press(pilot, "space" if key == " " else key)
-        await wait_for(pilot, lambda: PREVIEW.search(preview_line(app)), timeout=30)
+        # prefilled while typing: the line says "ready: …" until the draft's blocks are in, then the price
+        await wait_for(pilot, lambda: PREVIEW.search(preview_line(app)) and "ready:" not in preview_line(app),
+                       timeout=30)
         reuse, prefill, _ = PREVIEW.search(preview_line(app)).groups()
         reuse, prefill = int(reuse.replace(",", "")), int(prefill.replace(",", ""))
         assert reuse > 0 and reuse % 16 == 0 and prefill > 0
@@ -41,3 +44,20 @@ async def test_the_preview_prices_the_draft_and_the_turn_reuses_what_it_said(mak
 def test_the_line_says_disk_reads_and_an_unmeasured_rate():
     assert CostPreview(130, 64, 32, 200.0).text() == "will reuse 96 (32 from disk) · prefill 34 · ~0.2 s"
     assert CostPreview(20, 0, 0, 0.0).text() == "will reuse 0 · prefill 20 · time not measured yet"
+
+
+async def test_a_long_draft_is_prefilled_before_enter(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await one_turn(pilot, "Hi", SETTINGS)
+        chat = app.current
+        draft = "Tell me about caches and the blocks they keep for the next turn. " * 12  # ~170 tokens
+        app.chat_screen.prompt.load_text(draft)
+        await wait_for(pilot, lambda: PREVIEW.search(preview_line(app)) and "ready:" not in preview_line(app),
+                       timeout=60)
+        reuse, prefill, _ = PREVIEW.search(preview_line(app)).groups()
+        assert int(prefill.replace(",", "")) <= 16  # all but the last partial block is in the cache already
+        await press(pilot, "enter")
+        await wait_for(pilot, lambda: not chat.busy and len(chat.conversation.messages) == 4, timeout=60)
+        metrics = chat.conversation.messages[-1].metrics
+        assert metrics.num_cached_tokens == int(reuse.replace(",", "")) == (metrics.num_prompt_tokens - 1) // 16 * 16

@@ -1,12 +1,15 @@
-"""The cost preview under the input box (issue 27 item 4): a moment after the user stops typing, the engine
-tokenizes the draft as the next turn and looks its blocks up (core/inspect/cost_preview.py, no compute); the line
-says "will reuse 3,968 · prefill 112 · ~0.4 s" at the measured prefill rate. Hidden while the draft is empty,
-while the chat replies, and on a remote backend (which cannot see its server's cache). A mixin of LlmChatApp."""
+"""The cost preview under the input box (issue 27 item 4) and prefill while typing (item 1): a moment after the
+user stops typing, the engine tokenizes the draft as the next turn, looks its blocks up (core/inspect/
+cost_preview.py) and, unless `--no-typeahead`, prefills it in its idle steps (core/engine/warming.py); the line
+says "ready: 1,024 of 1,984 tokens · will reuse 1,024 · prefill 986 · ~1.9 s" while that runs (asked again every
+half second), then "will reuse 1,984 · prefill 26 · ~0.1 s". Hidden while the draft is empty, while the chat
+replies, and on a remote backend (which cannot see its server's cache). A mixin of LlmChatApp."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Static, TextArea
 
 from .mixin import AppMixin
@@ -14,33 +17,44 @@ from .mixin import AppMixin
 if TYPE_CHECKING:
     from ...core.inspect.cost_preview import CostPreview
 
-PREVIEW_PAUSE_S = 0.3  # the typing pause after which the preview is asked for
+PREVIEW_PAUSE_S = 0.3  # the typing pause after which the preview is asked for (and the draft prefilled)
+WARMING_POLL_S = 0.5  # while the draft is prefilled, how often the line is refreshed
 
 
 class CostPreviewView(AppMixin):
     def on_text_area_changed(self, msg: TextArea.Changed) -> None:
         if msg.text_area.id != "prompt":
             return
+        self._ask_cost_preview_in(PREVIEW_PAUSE_S)
+
+    def _ask_cost_preview_in(self, seconds: float) -> None:
         timer = getattr(self, "_preview_timer", None)
         if timer is not None:
             timer.stop()
-        self._preview_timer = self.set_timer(PREVIEW_PAUSE_S, self.ask_cost_preview)
+        self._preview_timer = self.set_timer(seconds, self.ask_cost_preview)
 
     def ask_cost_preview(self) -> None:
         """Ask the engine what the draft in the box would cost now; show it when the answer still fits."""
+        if not self.ui_alive:  # the app is closing: the timer outlived the screen
+            return
         session, screen = self.current, self.chat_screen
-        draft = screen.prompt.message_text()
+        try:
+            draft = screen.prompt.message_text()
+        except NoMatches:  # the screen's widgets are gone (the app is closing)
+            return
         if session is None or not draft.strip() or self.bridge.inspect is None or self.turns.why_not_send(session):
             self.show_cost_preview(None)
             return
         messages = session.conversation.template_messages() + [{"role": "user", "content": draft}]
         ids = list(session.conversation.token_ids)
-        chat_id = session.chat_id
+        chat_id, warm = session.chat_id, getattr(self, "typeahead", True)
 
         async def ask_and_show() -> None:
-            answer = await self.bridge.ask(lambda backend: backend.preview_cost(messages, ids))
+            answer = await self.bridge.ask(lambda backend: backend.preview_cost(messages, ids, chat_id, warm))
             if self.ui_alive and self.current_id == chat_id and screen.prompt.message_text() == draft:
                 self.show_cost_preview(answer)
+                if answer is not None and answer.warming:
+                    self._ask_cost_preview_in(WARMING_POLL_S)
 
         self.run_worker(ask_and_show(), group="cost-preview", exclusive=True, exit_on_error=False,
                         description="price the draft")

@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-kv-disk", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help="where chats are stored (default: $LLMCHAT_DATA_DIR, else the user data dir)")
+    parser.add_argument("--no-typeahead", action="store_true",
+                        help="do not prefill a draft while it is typed (the cost preview stays)")
     add_remote_args(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -1,0 +1,90 @@
+"""Prefill while the user types (issue 27 item 1): the draft's prompt, up to the blocks its turn will reuse,
+computed in the engine's idle steps so that Enter leaves only the tail.
+
+A warm sequence is no request: no events, no sampling, no stream. Its token ids are the draft prompt's first
+`target` tokens plus the next one, and it is never scheduled past `target`, so the runner never samples it;
+once `target` tokens are computed, its full blocks are ordinary prefix-cache blocks (hash chain, disk tier
+included) and it is let go. `target` is what a turn with this prompt looks up: (num_tokens - 1) // block_size
+full blocks, the last token always computed by the turn itself.
+
+Priority: a warm sequence runs only in a step with nothing else to do (no running or waiting request), so a
+reply streaming in another chat keeps its TPOT exactly; a submitted turn lets every warm sequence go at once
+(what they computed stays cached: the turn's lookup finds it). One per chat: a new draft replaces the
+chat's old one, whose computed blocks the new one reuses where the text before the edit is unchanged.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+
+from ..api.params import SamplingParams
+from .block_manager import BlockManager
+from .sequence import WARM_REQUEST_ID, Sequence, SequenceStatus
+
+
+class Warming:
+    def __init__(self, block_manager: BlockManager) -> None:
+        self.block_manager = block_manager
+        self.by_tag: OrderedDict[Hashable, tuple[Sequence, int]] = OrderedDict()  # tag -> (sequence, target)
+
+    def start(self, tag: Hashable, prompt_ids: list[int]) -> int:
+        """Warm `prompt_ids` for conversation `tag` (replacing its previous draft); the tokens it will have
+        ready. 0: nothing to warm (prefix caching off, or a prompt shorter than one block and a token)."""
+        bm = self.block_manager
+        target = (len(prompt_ids) - 1) // bm.block_size * bm.block_size if bm.enable_prefix_caching else 0
+        entry = self.by_tag.get(tag)
+        if entry is not None and entry[0].token_ids == list(prompt_ids[: target + 1]):
+            return target  # the same draft asked again (the preview polls): it goes on
+        self.cancel(tag)
+        if target <= 0 or target + 1 > bm.num_blocks * bm.block_size:
+            return 0
+        seq = Sequence(WARM_REQUEST_ID, list(prompt_ids[: target + 1]), target + 1, SamplingParams(max_tokens=1))
+        self.by_tag[tag] = (seq, target)
+        return target
+
+    def cancel(self, tag: Hashable) -> None:
+        entry = self.by_tag.pop(tag, None)
+        if entry is not None:
+            self._release(entry[0])
+
+    def cancel_all(self) -> None:
+        for tag in list(self.by_tag):
+            self.cancel(tag)
+
+    def pause_all(self) -> None:
+        """Let go of every draft's blocks (a request needs the room); each looks its prefix up again later."""
+        for seq, _ in self.by_tag.values():
+            if seq.block_table:
+                self.block_manager.deallocate(seq)
+            seq.status = SequenceStatus.WAITING
+
+    def progress(self, tag: Hashable) -> tuple[int, int] | None:
+        """(tokens computed, target) of the chat's draft in flight; None when none is."""
+        entry = self.by_tag.get(tag)
+        return (max(entry[0].num_computed_tokens, 0), entry[1]) if entry else None
+
+    def next_chunk(self, budget: int) -> tuple[Sequence, int] | None:
+        """The oldest draft's next chunk (at most `budget` tokens), its blocks allocated; None when there is none
+        or the cache has no room for it (then it is let go)."""
+        bm = self.block_manager
+        while self.by_tag:
+            tag, (seq, target) = next(iter(self.by_tag.items()))
+            cached = bm.lookup(seq) if seq.status is SequenceStatus.WAITING else []
+            start = len(cached) * bm.block_size if cached else seq.num_computed_tokens
+            n = min(target - start, budget)
+            if n > 0 and bm.allocate(seq, n, cached):
+                seq.status = SequenceStatus.RUNNING
+                return seq, n
+            self.cancel(tag)  # already all cached, or no room: nothing to do for it
+        return None
+
+    def settle(self, seq: Sequence) -> None:
+        """After its chunk was computed (Scheduler.postprocess): a draft whose target is reached is let go."""
+        for tag, (warm, target) in list(self.by_tag.items()):
+            if warm is seq and seq.num_computed_tokens >= target:
+                self.cancel(tag)
+
+    def _release(self, seq: Sequence) -> None:
+        if seq.block_table:
+            self.block_manager.deallocate(seq)
+        seq.status = SequenceStatus.FINISHED
