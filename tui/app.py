@@ -58,6 +58,7 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
         self.model_factory = None  # --model path (None: the default) -> its engine factory; None: no switching
         self.loaded_model = model  # the --model loaded (tui/actions/model_switch.py)
         self.switching_model = False
+        self.typeahead = True  # prefill a draft while it is typed (tui/actions/cost_preview.py; --no-typeahead)
         self.engine_config: "EngineConfig | None" = engine_config
         if engine_factory is None:
             from ..core.config import EngineConfig

@@ -24,7 +24,9 @@ def engine_factory(chatty_model):
 
 @pytest.fixture
 def make_app(tmp_path, engine_factory):
-    def make(data_dir=None) -> LlmChatApp:
-        return LlmChatApp(data_dir or tmp_path / "data", engine_factory)
+    def make(data_dir=None, typeahead: bool = False) -> LlmChatApp:
+        app = LlmChatApp(data_dir or tmp_path / "data", engine_factory)
+        app.typeahead = typeahead  # off unless a test asks: prefill while typing makes reuse counts timing-bound
+        return app
 
     return make

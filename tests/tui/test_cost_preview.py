@@ -47,7 +47,7 @@ def test_the_line_says_disk_reads_and_an_unmeasured_rate():
 
 
 async def test_a_long_draft_is_prefilled_before_enter(make_app):
-    app = make_app()
+    app = make_app(typeahead=True)
     async with app.run_test(size=SIZE) as pilot:
         await one_turn(pilot, "Hi", SETTINGS)
         chat = app.current

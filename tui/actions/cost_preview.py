@@ -47,7 +47,7 @@ class CostPreviewView(AppMixin):
             return
         messages = session.conversation.template_messages() + [{"role": "user", "content": draft}]
         ids = list(session.conversation.token_ids)
-        chat_id, warm = session.chat_id, getattr(self, "typeahead", True)
+        chat_id, warm = session.chat_id, self.typeahead
 
         async def ask_and_show() -> None:
             answer = await self.bridge.ask(lambda backend: backend.preview_cost(messages, ids, chat_id, warm))
@@ -56,7 +56,7 @@ class CostPreviewView(AppMixin):
                 if answer is not None and answer.warming:
                     self._ask_cost_preview_in(WARMING_POLL_S)
 
-        self.run_worker(ask_and_show(), group="cost-preview", exclusive=True, exit_on_error=False,
+        self.run_worker(ask_and_show, group="cost-preview", exclusive=True, exit_on_error=False,
                         description="price the draft")
 
     def show_cost_preview(self, preview: CostPreview | None) -> None:
