@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -69,3 +70,21 @@ def test_bench_speculative_names_its_variants_and_metrics(default_model_dir, tmp
         assert 0 <= rows[(prefix + "on", "acceptance")] <= 1 and rows[(prefix + "on", "identical")] == 1
     assert rows[("on", "acceptance")] > 0.5, "the model repeats the text it was given: most drafts are kept"
     assert ("off", "acceptance") not in rows
+
+
+@pytest.mark.slow  # `llmchat bench` on the real model, in a subprocess
+def test_bench_typeahead_compares_ttft_on_and_off(default_model_dir, tmp_path):
+    out = tmp_path / "bench.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "llmchat.tui.commands.cli", "bench", "typeahead", "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {(r["variant"], r["metric"]): r["value"] for r in map(json.loads, out.read_text().splitlines())}
+    assert rows[("typeahead=on", "ttft")] > 0 and rows[("typeahead=off", "ttft")] > 0
+    assert rows[("other chat streaming, no typing", "tpot")] > 0
+    assert rows[("other chat streaming, typing, typeahead on", "tpot")] > 0
+    # the typed message's blocks were computed while it was typed: Enter reused all but the last partial block
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("typeahead on: reused")]
+    reused, prompt = (int(x) for x in re.match(r"typeahead on: reused (\d+) of (\d+)", lines[0]).groups())
+    assert reused == (prompt - 1) // 16 * 16

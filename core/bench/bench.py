@@ -24,8 +24,9 @@ from ..kvdisk.tier import DEFAULT_KV_DISK_BYTES
 from ..model.loader import LoadedModel
 from .common import Results, chat_turn, cpu_description, filler_text, fixed, prompt_of_length, run_all
 from .speculative import run_speculative
+from .typeahead import run_typeahead
 
-SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory", "speculative", "restart")
+SCENARIOS = ("prefill", "decode", "chat", "concurrent", "switch", "memory", "speculative", "restart", "typeahead")
 # A fresh process per memory figure (max RSS is a per-process high-water mark): `ask` sizes its KV cache to one
 # request; the app-like setup takes the default engine config (default KV budget) and runs one turn.
 _MEMORY_SCRIPT = """
@@ -66,10 +67,11 @@ class BenchSize:
     repeats: int
     restart_history_tokens: int
     restart_reply_tokens: int
+    typeahead_message_tokens: int = 300
 
 
 FULL = BenchSize((40, 512, 2048), (40, 2000), 32, 8, 60, 64, (1, 2, 4, 8), 64, 500, 2, 3, 2000, 64)
-QUICK = BenchSize((40, 128), (40, 200), 8, 3, 20, 8, (1, 2), 8, 64, 1, 1, 200, 8)
+QUICK = BenchSize((40, 128), (40, 200), 8, 3, 20, 8, (1, 2), 8, 64, 1, 1, 200, 8, 60)
 
 
 class Bench:
@@ -199,6 +201,10 @@ class Bench:
         for turn, values in per_turn.items():
             self.results.add("switch", "chats=4", "ttft", values, "ms", turn=turn)
         self.results.add("switch", "chats=1-warm", "ttft", single, "ms")
+
+    def typeahead(self) -> None:
+        """TTFT after Enter with prefill while typing on vs off; another chat's TPOT while typing (core/bench/typeahead.py)."""
+        run_typeahead(self)
 
     def speculative(self) -> None:
         """Speculative decoding on vs off: repeat a text, repeat or edit code, a plain turn (core/bench/speculative.py)."""
