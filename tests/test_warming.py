@@ -75,3 +75,22 @@ def test_one_draft_per_chat_and_an_edit_keeps_the_blocks_before_it(tiny_model):
     # the edit's first 2 blocks (32 tokens) came from the first draft: only the rest was computed
     assert engine.window.prefill_steps[-1].num_prefill_tokens == target - 32
     assert engine.warm("tiny", tok.encode("hi", add_bos=False)) == 0  # under one block and a token: nothing
+
+
+def test_warm_on_focus_reads_a_reopened_chat_back_from_disk_in_idle_steps(tiny_model, tmp_path):
+    config = dict(kv_disk_bytes=64 << 20, kv_disk_dir=str(tmp_path / "kv"))
+    first = engine_for(tiny_model, **config)
+    ids = prompt(first.tokenizer, 100)
+    first.add_request(ids, GREEDY)
+    said = ids + list([e for e in run(first) if isinstance(e, Finished)][0].output_ids)
+    first.close()  # the disk tier's writes land: the app was closed
+
+    engine = engine_for(tiny_model, **config)  # the app again; the user selects the chat
+    target = engine.warm("chat", said)
+    assert target == (len(said) - 1) // 16 * 16
+    assert run(engine) == []
+    assert engine.block_manager.num_used_blocks == 0
+    assert not engine.window.prefill_steps, "read back, not computed"
+    engine.add_request(said + prompt(engine.tokenizer, 5, "next"), GREEDY)  # the first turn after reopening
+    (started,) = [e for e in run(engine) if isinstance(e, Started)]
+    assert started.num_disk_tokens == 0 and started.num_cached_tokens >= target  # all of it was in memory

@@ -238,6 +238,7 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
         screen.panels.show_chat(session)
         self.show_header()
         prompt.focus()
+        self.warm_on_focus(session)
 
     async def refresh_chat_list(self) -> None:
         await self.chat_screen.chat_list.show(self.ordered_sessions(), self.current_id)

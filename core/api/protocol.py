@@ -97,6 +97,10 @@ class InspectableBackend(Backend, Protocol):
         chat's `token_ids`) would reuse and prefill, priced at the measured prefill rate; with `warm`, that prompt
         is also prefilled in idle steps for the conversation (the preview says how far it got)."""
 
+    def warm_chat(self, conversation_id: int, token_ids: list[int]) -> Future:
+        """Bring a chat the user opened back into memory (its disk-tier blocks read, the rest computed) in idle
+        steps; answers the tokens it will have ready."""
+
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py): `prompt_ids` continued greedily for `num_tokens` with the
         prefix cache and without it, the two outputs compared."""

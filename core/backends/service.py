@@ -173,6 +173,13 @@ class EngineService:
 
         return self._call(run)
 
+    def warm_chat(self, conversation_id: int, token_ids: list[int]) -> Future:
+        """Warm a chat the user opened (core/engine/warming.py): what it already said is read back from the disk
+        tier (or computed) in idle steps, so its next turn costs what a turn in memory costs; answers the tokens
+        it will have ready."""
+        ids = list(token_ids)
+        return self._call(lambda engine: engine.warm(conversation_id, ids))
+
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py), run on a short thread of its own: it waits for two
         ordinary requests of this engine, so other chats go on meanwhile."""

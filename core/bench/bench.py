@@ -6,6 +6,7 @@ TPOT = (last - first) / (tokens - 1), one clock: time.perf_counter).
 from __future__ import annotations
 
 import copy
+import shutil
 import dataclasses
 import statistics
 import subprocess
@@ -212,24 +213,43 @@ class Bench:
 
     def restart(self) -> None:
         """A chat of ~2,000 tokens, then the app restarts (a new engine: the paged cache is empty, the OS page cache
-        is left as it is) and the chat's next turn runs: with the disk tier (variant disk) and without (cold)."""
+        is left as it is) and the chat's next turn runs: with the disk tier (variant disk) and without (cold); with
+        the disk tier after the chat was selected for 2 s (warm-on-focus: its blocks read back in idle steps); and
+        in a chat that never left memory (in-memory: the same history and turn, no restart)."""
         s = self.size
         values: dict[str, dict[str, list[float]]] = {"disk": {"ttft": [], "tpot": [], "disk_tokens": []},
-                                                     "cold": {"ttft": [], "tpot": []}}
+                                                     "cold": {"ttft": [], "tpot": []},
+                                                     "warm-on-focus": {"ttft": [], "tpot": []},
+                                                     "in-memory": {"ttft": [], "tpot": []}}
         parent = default_kv_disk_dir().parent
         parent.mkdir(parents=True, exist_ok=True)
         for _ in range(s.repeats):
             with tempfile.TemporaryDirectory(prefix="bench-kv-", dir=parent) as tier:
                 disk = {"kv_disk_bytes": self.kv_disk_bytes, "kv_disk_dir": tier}
                 engine, chat = self.engine(**disk), Conversation(0)
-                chat_turn(engine, chat, filler_text(s.restart_history_tokens - 40, self.next_salt()), 16)
+                history = filler_text(s.restart_history_tokens - 40, self.next_salt())
+                chat_turn(engine, chat, history, 16)
                 engine.close()  # quitting: the writes land
                 question = filler_text(20, self.next_salt())
-                for variant, overrides in (("disk", disk), ("cold", {})):
+                for variant, overrides in (("disk", disk), ("cold", {}), ("warm-on-focus", disk), ("in-memory", {})):
+                    if overrides:  # each variant reads the tier as the history left it (not the turn before)
+                        copied = shutil.copytree(tier, f"{tier}-{variant}")
+                        overrides = dict(overrides, kv_disk_dir=copied)
                     turn = copy.deepcopy(chat)
                     engine = self.engine(**overrides)  # the restarted app: nothing resident
+                    if variant == "warm-on-focus":  # the user selects the chat and starts typing for 2 s
+                        engine.warm(0, list(turn.token_ids))
+                        deadline = time.perf_counter() + 2.0
+                        while engine.has_work and time.perf_counter() < deadline:
+                            engine.step()
+                    elif variant == "in-memory":  # the same chat in an app that was never closed
+                        turn = Conversation(0)
+                        chat_turn(engine, turn, history, 16)
                     m = chat_turn(engine, turn, question, s.restart_reply_tokens).metrics
+                    self.log(f"restart {variant}: reused {m.num_cached_tokens} of {m.num_prompt_tokens} ({m.num_disk_tokens} from disk), TTFT {m.ttft * 1e3:.0f} ms")
                     engine.close()
+                    if overrides:
+                        shutil.rmtree(overrides["kv_disk_dir"], ignore_errors=True)
                     values[variant]["ttft"].append(m.ttft * 1e3)
                     values[variant]["tpot"].append(m.tpot * 1e3)
                     if variant == "disk":

@@ -51,7 +51,8 @@ class Scheduler:
         self.running: list[Sequence] = []  # oldest first; the last one is preempted first
         # (prompt tokens, cached tokens, of them from the lower tier) of first admissions, drained by the engine
         self.lookups: list[tuple[int, int, int]] = []
-        self.warming = Warming(block_manager)  # drafts prefilled while the user types, in otherwise idle steps
+        # drafts prefilled while the user types, and chats warmed on focus, in otherwise idle steps
+        self.warming = Warming(block_manager, lambda: self.lower_tier, self._load_from_lower_tier)
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING

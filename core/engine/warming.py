@@ -11,11 +11,17 @@ Priority: a warm sequence runs only in a step with nothing else to do (no runnin
 reply streaming in another chat keeps its TPOT exactly; a submitted turn lets every warm sequence go at once
 (what they computed stays cached: the turn's lookup finds it). One per chat: a new draft replaces the
 chat's old one, whose computed blocks the new one reuses where the text before the edit is unchanged.
+
+Warm on focus (item 2) is the same with the chat's own ids: selecting a reopened chat warms what it already
+said, and the blocks the disk tier holds are read back then, in an idle step, instead of inside its next turn's
+step. (The reads are the scheduler's synchronous ones: a request submitted meanwhile waits for at most one
+idle step's reads.)
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 from ..api.params import SamplingParams
 from .block_manager import BlockManager
@@ -23,8 +29,10 @@ from .sequence import WARM_REQUEST_ID, Sequence, SequenceStatus
 
 
 class Warming:
-    def __init__(self, block_manager: BlockManager) -> None:
+    def __init__(self, block_manager: BlockManager, lower_tier: Callable[[], Any] = lambda: None,
+                 load: Callable[[Sequence, int, int], None] | None = None) -> None:
         self.block_manager = block_manager
+        self.lower_tier, self.load = lower_tier, load  # the disk tier now (None: none), Scheduler's loader
         self.by_tag: OrderedDict[Hashable, tuple[Sequence, int]] = OrderedDict()  # tag -> (sequence, target)
 
     def start(self, tag: Hashable, prompt_ids: list[int]) -> int:
@@ -66,16 +74,25 @@ class Warming:
     def next_chunk(self, budget: int) -> tuple[Sequence, int] | None:
         """The oldest draft's next chunk (at most `budget` tokens), its blocks allocated; None when there is none
         or the cache has no room for it (then it is let go)."""
-        bm = self.block_manager
+        bm, size = self.block_manager, self.block_manager.block_size
         while self.by_tag:
             tag, (seq, target) = next(iter(self.by_tag.items()))
-            cached = bm.lookup(seq) if seq.status is SequenceStatus.WAITING else []
-            start = len(cached) * bm.block_size if cached else seq.num_computed_tokens
-            n = min(target - start, budget)
-            if n > 0 and bm.allocate(seq, n, cached):
+            cached, num_loaded = [], 0
+            if seq.status is SequenceStatus.WAITING:
+                cached = bm.lookup(seq)
+                tier = self.lower_tier()
+                if tier is not None and self.load is not None and bm.enable_prefix_caching:
+                    num_loaded = tier.match(seq, len(cached), target // size)
+            start = (len(cached) + num_loaded) * size if cached or num_loaded else seq.num_computed_tokens
+            n = max(0, min(target - start, budget))
+            if (n > 0 or num_loaded) and bm.allocate(seq, n, cached, num_loaded):
                 seq.status = SequenceStatus.RUNNING
-                return seq, n
-            self.cancel(tag)  # already all cached, or no room: nothing to do for it
+                if num_loaded:
+                    self.load(seq, len(cached), num_loaded)  # read back from disk, now that nothing waits
+                n = min(target - seq.num_computed_tokens, n)  # a load that stopped early leaves more to compute
+                if n > 0:
+                    return seq, n
+            self.cancel(tag)  # all in memory now, or no room: nothing more to do for it
         return None
 
     def settle(self, seq: Sequence) -> None:

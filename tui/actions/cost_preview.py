@@ -59,6 +59,19 @@ class CostPreviewView(AppMixin):
         self.run_worker(ask_and_show, group="cost-preview", exclusive=True, exit_on_error=False,
                         description="price the draft")
 
+    def warm_on_focus(self, session) -> None:
+        """Opening a chat brings what it already said back into memory in the engine's idle steps (its blocks read
+        from the disk tier, or computed), so its first turn costs what a turn in a chat that never left costs."""
+        ids = list(session.conversation.token_ids)
+        if not self.typeahead or self.bridge.inspect is None or not ids or session.busy:
+            return
+        chat_id = session.chat_id
+
+        async def warm() -> None:
+            await self.bridge.ask(lambda backend: backend.warm_chat(chat_id, ids))
+
+        self.run_worker(warm, group="warm-on-focus", exclusive=True, exit_on_error=False, description="warm the chat")
+
     def show_cost_preview(self, preview: CostPreview | None) -> None:
         line = self.chat_screen.query_one("#cost-preview", Static)
         line.display = preview is not None
