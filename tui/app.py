@@ -239,6 +239,7 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
         self.show_header()
         prompt.focus()
         self.warm_on_focus(session)
+        self.ask_cost_preview()  # this chat's draft, and its room left in the context
 
     async def refresh_chat_list(self) -> None:
         await self.chat_screen.chat_list.show(self.ordered_sessions(), self.current_id)

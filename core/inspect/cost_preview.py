@@ -53,6 +53,20 @@ class CostPreview:
         return self.num_warming_target > self.num_resident_tokens
 
 
+ROOM_LINE_FRACTION = 0.8  # past this share of the context, the room left is shown (issue 27 item 5)
+
+
+def room_left_text(num_tokens: int, context: int | None) -> str | None:
+    """`1,234 of 8,192 tokens of context left` once `num_tokens` passes 80% of the context; None before (or
+    when the context is unknown)."""
+    if not context or num_tokens <= ROOM_LINE_FRACTION * context:
+        return None
+    if num_tokens >= context:
+        over = num_tokens - context + 1
+        return f"{over:,} token{'s' if over != 1 else ''} over the {context:,}-token context: this turn will not fit"
+    return f"{context - num_tokens:,} of {context:,} tokens of context left"
+
+
 def preview_cost(engine: Any, prompt_ids: list[int], tag: Any = None) -> CostPreview:
     """The CostPreview of submitting `prompt_ids` to `engine` (an LLMEngine) now; `tag`'s draft prefill in flight,
     if any, is counted in."""

@@ -61,3 +61,22 @@ async def test_a_long_draft_is_prefilled_before_enter(make_app):
         await wait_for(pilot, lambda: not chat.busy and len(chat.conversation.messages) == 4, timeout=60)
         metrics = chat.conversation.messages[-1].metrics
         assert metrics.num_cached_tokens == int(reuse.replace(",", "")) == (metrics.num_prompt_tokens - 1) // 16 * 16
+
+
+def test_room_left_shows_past_80_percent_of_the_context():
+    from llmchat.core.inspect.cost_preview import room_left_text
+
+    assert room_left_text(800, 1000) is None and room_left_text(900, None) is None
+    assert room_left_text(801, 1000) == "199 of 1,000 tokens of context left"
+    assert room_left_text(1000, 1000) == "1 token over the 1,000-token context: this turn will not fit"
+
+
+async def test_a_draft_near_the_context_says_the_room_left(make_app):
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await one_turn(pilot, "Hi", SETTINGS)
+        context = app.bridge.info.context_length
+        app.chat_screen.prompt.load_text("cache " * int(context * 0.8))
+        await wait_for(pilot, lambda: "tokens of context left" in preview_line(app)
+                       or "will not fit" in preview_line(app), timeout=30)
+        assert PREVIEW.search(preview_line(app))  # the price stays on the line

@@ -12,6 +12,7 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.widgets import Static, TextArea
 
+from ...core.inspect.cost_preview import room_left_text
 from .mixin import AppMixin
 
 if TYPE_CHECKING:
@@ -73,7 +74,14 @@ class CostPreviewView(AppMixin):
         self.run_worker(warm, group="warm-on-focus", exclusive=True, exit_on_error=False, description="warm the chat")
 
     def show_cost_preview(self, preview: CostPreview | None) -> None:
+        """The draft's price, and the room left in the context once the chat (or the draft's turn) passes 80%."""
         line = self.chat_screen.query_one("#cost-preview", Static)
-        line.display = preview is not None
-        if preview is not None:
-            line.update(Content(preview.text()))
+        session, info = self.current, self.bridge.info
+        num_tokens = preview.num_prompt_tokens if preview else (
+            len(session.conversation.token_ids) if session is not None else 0)
+        parts = [preview.text()] if preview is not None else []
+        room = room_left_text(num_tokens, info.context_length if info else None)
+        parts += [room] if room else []
+        line.display = bool(parts)
+        if parts:
+            line.update(Content(" · ".join(parts)))
