@@ -97,6 +97,9 @@ class InspectableBackend(Backend, Protocol):
         chat's `token_ids`) would reuse and prefill, priced at the measured prefill rate; with `warm`, that prompt
         is also prefilled in idle steps for the conversation (the preview says how far it got)."""
 
+    def block_tiers(self, token_ids: list[int]) -> Future:
+        """(block size, per full block of a chat's ids: "memory", "disk" or "gone"): core/inspect/context_map.py."""
+
     def warm_chat(self, conversation_id: int, token_ids: list[int]) -> Future:
         """Bring a chat the user opened back into memory (its disk-tier blocks read, the rest computed) in idle
         steps; answers the tokens it will have ready."""

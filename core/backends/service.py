@@ -24,7 +24,7 @@ from ..engine.engine import LLMEngine
 from ..inspect.engine_facts import facts_of
 from ..api.events import EngineEvent, Finished, Started
 from ..api.metrics import EngineStats, RequestMetrics
-from ..inspect.cost_preview import preview_cost
+from .ahead_calls import CacheAheadCalls
 from ..text.prompt import prompt_ids_for
 from ..text.reasoning import opens_reasoning
 from ..api.protocol import BackendInfo, ChatPrompt
@@ -68,7 +68,7 @@ def model_identity(loaded) -> str:
     return hashlib.blake2b(f"{loaded.folder.name}|{config}".encode(), digest_size=8).hexdigest()
 
 
-class EngineService:
+class EngineService(CacheAheadCalls):
     def __init__(self, engine: LLMEngine, sink: Sink | None = None, model_name: str | None = None) -> None:
         self.engine = engine
         self.sink = sink
@@ -157,28 +157,6 @@ class EngineService:
         """Keep a conversation's blocks out of LRU eviction (within the pin budget) or return them to it;
         answers (blocks pinned, blocks in its chain)."""
         return self._call(lambda engine: engine.chains.pin(conversation_id, pinned))
-
-    def preview_cost(self, messages: list[dict], token_ids: list[int], conversation_id: int | None = None,
-                     warm: bool = False) -> Future:
-        """A CostPreview (core/inspect/cost_preview.py) of the turn `messages` (the draft last) would start:
-        rendered and looked up on the engine thread, between steps. With `warm`, the engine also prefills
-        that prompt in its idle steps for the conversation (core/engine/warming.py); the preview says how far."""
-        messages, ids = [dict(m) for m in messages], list(token_ids)
-
-        def run(engine: LLMEngine):
-            prompt = prompt_ids_for(engine.tokenizer, messages, ids)
-            if warm and conversation_id is not None:
-                engine.warm(conversation_id, prompt)
-            return preview_cost(engine, prompt, conversation_id)
-
-        return self._call(run)
-
-    def warm_chat(self, conversation_id: int, token_ids: list[int]) -> Future:
-        """Warm a chat the user opened (core/engine/warming.py): what it already said is read back from the disk
-        tier (or computed) in idle steps, so its next turn costs what a turn in memory costs; answers the tokens
-        it will have ready."""
-        ids = list(token_ids)
-        return self._call(lambda engine: engine.warm(conversation_id, ids))
 
     def check_cache(self, prompt_ids: list[int], num_tokens: int) -> Future:
         """A CacheCheck (core/inspect/cache_check.py), run on a short thread of its own: it waits for two

@@ -158,6 +158,11 @@ class ChatOps(AppMixin):
             return
         self.push_screen(BlockMapScreen())
 
+    def action_context_map(self) -> None:
+        from .context_map import show_context_map
+
+        show_context_map(self)
+
     def action_toggle_pin(self) -> None:
         from .pin_chat import toggle_pin
 

@@ -80,6 +80,8 @@ ACTIONS: tuple[UserAction, ...] = (
     _a("toggle_pin", "Pin chat", "keep this chat's KV blocks out of LRU eviction (within the pin budget); again "
                                  "to unpin", "f7", in_prompt=True, cache_line="pin the chat: its blocks stay cached while others "
                                                               "are evicted (again: back to the LRU)"),
+    _a("context_map", "Context map", "each message's share of the context, where its blocks are, what a trim "
+                                     "would drop", "f10", cache_line="the context map of this chat"),
     _a("block_map", "Block map", "every KV block: used, cached, free, shared, LRU order", "f8",
        cache_line="the block map"),
     _a("cache_help", "Cache facts (misconceptions)", "what the cache and the engine do, with this machine's "
