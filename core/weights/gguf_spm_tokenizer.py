@@ -11,6 +11,10 @@ sentencepiece tokenizers the same way (`generate_merges`); this file writes its 
 a normalizer, not `Metaspace`, because llama.cpp adds "▁" even where the text already starts with a space
 (Metaspace does not) and after every special token (Metaspace only at the very start).
 
+One case a ranked list cannot express: two different tokens with the same score. llama.cpp then merges the
+leftmost pair, the ranks here the token listed first; sentencepiece-trained BPE vocabularies give every
+merged piece its own score, so this only shows in hand-edited or re-scored files.
+
 Tokens a merge may produce are those sentencepiece lets it (normal and user-defined ones); control, unknown,
 unused and byte tokens never come out of plain text. Control and unknown tokens become special added tokens,
 user-defined ones plain added tokens, as in the byte-level case.
