@@ -443,7 +443,7 @@ def test_pre_tokenizers_follow_llama_cpp_regexes(tmp_path: Path, pre: str) -> No
 
 
 @pytest.mark.parametrize(("model", "pre", "message"), [
-    ("llama", "default", "unsupported tokenizer 'llama'"),
+    ("t5", "default", "unsupported tokenizer 't5'"),
     ("gpt2", "mystery-pre", "unsupported tokenizer pre-tokenizer 'mystery-pre'"),
 ])
 def test_unsupported_gguf_tokenizers_raise(tmp_path: Path, model: str, pre: str, message: str) -> None:

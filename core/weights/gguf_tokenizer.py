@@ -9,94 +9,63 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import AddedToken, decoders, models, processors
 from tokenizers import Tokenizer as HFTokenizer
 
 from .gguf_meta import gguf_value
+from .gguf_pre_tokenizers import pre_tokenizer_for
+from .gguf_spm_tokenizer import spm_backend
 
-_GGUF_CONTROL = 3  # llama.cpp token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
-_GGUF_USER_DEFINED = 4
-
-# Llama 3 (llama.cpp LLAMA_VOCAB_PRE_TYPE_LLAMA3) and Qwen2 split patterns, as in their tokenizer.json files.
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-
-
-def _pre_tokenizer_for(pre: str) -> tuple[Any, Any | None, bool]:
-    """(pre_tokenizer, normalizer, ignore_merges) for a llama.cpp `tokenizer.ggml.pre` name."""
-    gpt2_regex = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
-    if pre in ("gpt2", "gpt-2", "default"):
-        return gpt2_regex, None, False
-    if pre in ("smollm", "starcoder", "refact"):  # digits one by one, then the GPT-2 regex (SmolLM2's tokenizer.json)
-        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), gpt2_regex]), None, False
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)
-    if pre in ("llama-bpe", "llama3", "llama-v3"):
-        split = pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated", invert=False)
-        return pre_tokenizers.Sequence([split, byte_level]), None, True
-    if pre == "qwen2":
-        split = pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated", invert=False)
-        return pre_tokenizers.Sequence([split, byte_level]), normalizers.NFC(), False
-    raise ValueError(
-        f"unsupported tokenizer pre-tokenizer {pre!r} in the GGUF (tokenizer.ggml.pre); llmchat supports "
-        "smollm, starcoder, refact, gpt2/default, llama-bpe, qwen2. Use the model's Hugging Face folder "
-        "(with tokenizer.json) instead."
-    )
+_GGUF_UNKNOWN, _GGUF_CONTROL, _GGUF_USER_DEFINED = 2, 3, 4  # llama.cpp token types (see gguf_spm_tokenizer)
 
 
 def tokenizer_files_from_gguf(reader: Any) -> dict[str, str]:
     """`{"tokenizer.json": ..., "tokenizer_config.json": ...}` rebuilt from a GGUF's tokenizer metadata.
 
-    `reader` is a `gguf.GGUFReader`. Only byte-level BPE (`tokenizer.ggml.model == "gpt2"`) is supported.
+    `reader` is a `gguf.GGUFReader`. Byte-level BPE (`tokenizer.ggml.model == "gpt2"`, see gguf_pre_tokenizers)
+    and SentencePiece (`"llama"`, see gguf_spm_tokenizer) vocabularies are supported.
     """
     kind = gguf_value(reader, "tokenizer.ggml.model")
-    if kind != "gpt2":
+    if kind not in ("gpt2", "llama"):
         raise ValueError(
             f"unsupported tokenizer {kind!r} in the GGUF (tokenizer.ggml.model); llmchat reads byte-level BPE "
-            "('gpt2') vocabularies only. Use the model's Hugging Face folder (with tokenizer.json) instead."
+            "('gpt2') and SentencePiece ('llama') vocabularies. Use the model's Hugging Face folder (with "
+            "tokenizer.json) instead."
         )
     tokens: list[str] = gguf_value(reader, "tokenizer.ggml.tokens")
     token_types: list[int] = gguf_value(reader, "tokenizer.ggml.token_type") or [1] * len(tokens)
-    merges: list[str] = gguf_value(reader, "tokenizer.ggml.merges") or []
-    pre = gguf_value(reader, "tokenizer.ggml.pre", "default")
-    pre_tokenizer, normalizer, ignore_merges = _pre_tokenizer_for(pre)
-
     vocab: dict[str, int] = {}
     for index, token in enumerate(tokens):
         vocab.setdefault(token, index)  # a repeated spelling keeps its first id, as llama.cpp's text->id map does
-    merge_pairs = [tuple(m.split(" ", 1)) for m in merges]
-    backend = HFTokenizer(models.BPE(vocab=vocab, merges=merge_pairs, ignore_merges=ignore_merges, fuse_unk=False))
-    backend.pre_tokenizer = pre_tokenizer
-    if normalizer is not None:
-        backend.normalizer = normalizer
-    backend.decoder = decoders.ByteLevel()
+    spm = kind == "llama"
+    backend = spm_backend(reader, tokens, token_types, vocab) if spm else _byte_level_backend(reader, vocab)
+    special_types = (_GGUF_CONTROL, _GGUF_UNKNOWN) if spm else (_GGUF_CONTROL,)  # llama.cpp matches <unk> whole
 
     def whole(token_type: int) -> list[AddedToken]:  # added tokens keep their vocabulary id (first spelling only)
         return [
-            AddedToken(tok, special=token_type == _GGUF_CONTROL, normalized=False)
+            AddedToken(tok, special=token_type in special_types, normalized=False)
             for i, (tok, kind_) in enumerate(zip(tokens, token_types))
             if kind_ == token_type and vocab[tok] == i
         ]
 
-    backend.add_special_tokens(whole(_GGUF_CONTROL))
+    specials = [t for token_type in special_types for t in whole(token_type)]
+    backend.add_special_tokens(specials)
     backend.add_tokens(whole(_GGUF_USER_DEFINED))
     assert backend.get_vocab_size(with_added_tokens=True) == len(vocab), "added tokens must reuse vocabulary ids"
 
+    defaults = {"bos_token_id": 1, "eos_token_id": 2, "unknown_token_id": 0} if spm else {}  # llama.cpp's, for SPM
+
     def token_at(key: str) -> str | None:
-        index = gguf_value(reader, f"tokenizer.ggml.{key}")
+        index = gguf_value(reader, f"tokenizer.ggml.{key}", defaults.get(key))
         return tokens[index] if index is not None and 0 <= index < len(tokens) else None
 
-    bos, add_bos = token_at("bos_token_id"), bool(gguf_value(reader, "tokenizer.ggml.add_bos_token", False))
+    # llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise, to a byte-level one not
+    bos, add_bos = token_at("bos_token_id"), bool(gguf_value(reader, "tokenizer.ggml.add_bos_token", spm))
     if add_bos and bos is not None:
         backend.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, vocab[bos])]
         )
-    else:
+    elif not spm:
         backend.post_processor = processors.ByteLevel(trim_offsets=False)
 
     config: dict[str, Any] = {
@@ -107,7 +76,7 @@ def tokenizer_files_from_gguf(reader: Any) -> dict[str, str]:
         "eos_token": token_at("eos_token_id"),
         "unk_token": token_at("unknown_token_id"),
         "pad_token": token_at("padding_token_id"),
-        "additional_special_tokens": [t.content for t in whole(_GGUF_CONTROL)],
+        "additional_special_tokens": [t.content for t in specials],
         "clean_up_tokenization_spaces": False,
         "chat_template": _gguf_chat_template(reader),
     }
@@ -115,6 +84,19 @@ def tokenizer_files_from_gguf(reader: Any) -> dict[str, str]:
         "tokenizer.json": backend.to_str(pretty=False),
         "tokenizer_config.json": json.dumps(config, ensure_ascii=False, indent=2),
     }
+
+
+def _byte_level_backend(reader: Any, vocab: dict[str, int]) -> HFTokenizer:
+    """GPT-2 style BPE over bytes spelled as printable characters, with the file's merges and pre-tokenizer."""
+    merges: list[str] = gguf_value(reader, "tokenizer.ggml.merges") or []
+    pre_tokenizer, normalizer, ignore_merges = pre_tokenizer_for(gguf_value(reader, "tokenizer.ggml.pre", "default"))
+    merge_pairs = [tuple(m.split(" ", 1)) for m in merges]
+    backend = HFTokenizer(models.BPE(vocab=vocab, merges=merge_pairs, ignore_merges=ignore_merges, fuse_unk=False))
+    backend.pre_tokenizer = pre_tokenizer
+    if normalizer is not None:
+        backend.normalizer = normalizer
+    backend.decoder = decoders.ByteLevel()
+    return backend
 
 
 def _gguf_chat_template(reader: Any) -> str | list[dict[str, str]] | None:
