@@ -155,6 +155,7 @@ class EngineStats:
     num_threads: int | None = None  # the compute team's size now; None: not reported (a remote server)
     num_cpus: int | None = None  # the CPUs this process may use (affinity, cgroup quota)
     threads_adaptive: bool = False  # True: auto, fewer threads while other programs are busy
+    prefill_tokens_per_s: float = 0.0  # prompt tokens computed per second, recent prefill steps (0.0: none yet)
 
     def request(self, request_id: int | None) -> LiveRequest | None:
         return next((r for r in self.requests if r.request_id == request_id), None)

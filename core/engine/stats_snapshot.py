@@ -37,6 +37,7 @@ def engine_stats(engine: "LLMEngine") -> EngineStats:
         num_threads=engine.threads.num_threads,
         num_cpus=engine.threads.plan.num_cpus,
         threads_adaptive=engine.threads.plan.adaptive,
+        prefill_tokens_per_s=engine.window.prefill_rate(),
     )
 
 def _live(seq: Sequence) -> LiveRequest:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..messages import SaveFailed, TurnFinished, TurnRefused, TurnStarted
 from ..text.format import merged_draft
+from .full_chat import offer_full_chat_choice
 from .mixin import AppMixin
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class TurnViews(AppMixin):
         self.show_engine_panels()
         if session.chat_id == self.current_id:
             screen.prompt.set_message(merged_draft(text, screen.prompt.message_text()))
+            offer_full_chat_choice(self, session, text)  # a message the context cannot hold: priced choices
             screen.show_banner(session.banner)
             screen.panels.show_chat(session)
             self.show_header()
