@@ -55,6 +55,21 @@ inline __m512i pair_index(int p) {  // lanes 0..7 -> scale[2p], lanes 8..15 -> s
   return _mm512_inserti64x4(_mm512_set1_epi32(2 * p), _mm256_set1_epi32(2 * p + 1), 1);
 }
 
+// The 8 outputs' hsum (quant_simd.h) at once: for each 8 lanes v, ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)),
+// the same additions (a + b is b + a in IEEE arithmetic) on four vectors of two outputs each
+inline __m256 hsum8x(const __m512 (&pairs)[4]) {
+  __m512 half[4];  // 128-bit blocks 0 and 2: v[i] + v[i + 4] of each output
+  for (int p = 0; p < 4; ++p) half[p] = _mm512_add_ps(pairs[p], _mm512_shuffle_f32x4(pairs[p], pairs[p], 0xB1));
+  const __m512 fours[2] = {_mm512_shuffle_f32x4(half[0], half[1], 0x88), _mm512_shuffle_f32x4(half[2], half[3], 0x88)};
+  __m512 ones[2];  // lane 0 of each 128-bit block: output c's sum, c = 4 * j + block
+  for (int j = 0; j < 2; ++j) {
+    const __m512 t = _mm512_add_ps(fours[j], _mm512_permute_ps(fours[j], 0x4E));  // (s0 + s2, s1 + s3, ..)
+    ones[j] = _mm512_add_ps(t, _mm512_movehdup_ps(t));
+  }
+  const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutex2var_ps(ones[0], pick, ones[1]));
+}
+
 // MT activation rows against one unpacked tile; y points at (first row, the tile's first weight row)
 template <bool kSigned, int MT>
 inline void tile_rows(const TileGroup* t, int num_groups, const ActRow* act, const uint8_t* const* shifted,
@@ -87,15 +102,8 @@ inline void tile_rows(const TileGroup* t, int num_groups, const ActRow* act, con
       if (!kSigned) off[m] = _mm256_fmadd_ps(_mm256_load_ps(tg.coef), _mm256_set1_ps(act[m].s[g]), off[m]);
     }
   }
-  for (int m = 0; m < MT; ++m) {
-    alignas(32) float offset[8];
-    _mm256_store_ps(offset, off[m]);
-    for (int c = 0; c < cols; ++c) {
-      const __m512 a = acc[m][c / 2];
-      const __m256 lanes = c % 2 ? _mm512_extractf32x8_ps(a, 1) : _mm512_castps512_ps256(a);
-      y[m * y_stride + c] = hsum(lanes) + offset[c];
-    }
-  }
+  const __mmask8 keep = __mmask8((1u << cols) - 1);
+  for (int m = 0; m < MT; ++m) _mm256_mask_storeu_ps(y + m * y_stride, keep, _mm256_add_ps(hsum8x(acc[m]), off[m]));
 }
 
 // y[:, 8 * t0 .. 8 * t1) for all rows: each tile of weight rows unpacked once, then every activation row
