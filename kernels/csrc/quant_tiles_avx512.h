@@ -32,9 +32,10 @@ constexpr bool tiled_type() {
 
 struct alignas(64) TileGroup {  // one 32-weight group of a tile's 8 weight rows
   uint8_t w[4][64];  // pair p: weight row 2p in bytes 0..31, row 2p + 1 in 32..63
-  int32_t init[4][16];  // dpbusd's starting lanes: -128 * (sum of the lane's 4 weights), signed types only
-  float scale[8];
+  float pair_scale[4][16];  // pair p: row 2p's scale in lanes 0..7, row 2p + 1's in 8..15
   float coef[8];  // weight = scale * u + coef (unsigned types)
+  float scale[8];
+  int32_t init[4][16];  // dpbusd's starting lanes: -128 * (sum of the lane's 4 weights), signed types only
 };
 
 struct TileUnpacker {  // a visitor writing one weight row (column `col` of the tile) into the tile buffer
@@ -80,14 +81,12 @@ inline void tile_rows(const TileGroup* t, int num_groups, const ActRow* act, con
     off[m] = _mm256_setzero_ps();
     for (int p = 0; p < 4; ++p) acc[m][p] = _mm512_setzero_ps();
   }
-  const __m512i idx[4] = {pair_index(0), pair_index(1), pair_index(2), pair_index(3)};
   for (int g = 0; g < num_groups; ++g) {
     const TileGroup& tg = t[g];
-    const __m512 scales = _mm512_castps256_ps512(_mm256_load_ps(tg.scale));
     __m512 sv[4];
     __m512i wv[4];
     for (int p = 0; p < 4; ++p) {
-      sv[p] = _mm512_permutexvar_ps(idx[p], scales);
+      sv[p] = _mm512_load_ps(tg.pair_scale[p]);
       wv[p] = _mm512_load_si512(tg.w[p]);
     }
     for (int m = 0; m < MT; ++m) {
@@ -124,6 +123,11 @@ void linear_tiles(const uint8_t* w, int64_t row_bytes, int num_blocks, const std
       } else {
         for (int g = 0; g < num_groups; ++g) u.put(g, _mm256_setzero_si256(), 0.0f, 0.0f);
       }
+    }
+    const __m512i idx[4] = {pair_index(0), pair_index(1), pair_index(2), pair_index(3)};
+    for (int g = 0; g < num_groups; ++g) {
+      const __m512 scales = _mm512_castps256_ps512(_mm256_load_ps(tile[g].scale));
+      for (int p = 0; p < 4; ++p) _mm512_store_ps(tile[g].pair_scale[p], _mm512_permutexvar_ps(idx[p], scales));
     }
     if constexpr (kSigned) {
       const __m512i bias = _mm512_set1_epi8(char(0x80));  // 128 as unsigned bytes
