@@ -20,6 +20,7 @@
 namespace llmchat_quant {
 
 constexpr int kTileCols = 8;  // weight rows per tile: 4 pairs, one 512-bit vector each
+constexpr int kTileRows = 5;  // activation rows per pass over a tile: 20 accumulators + 8 weight vectors
 constexpr int kTileMinRows = 4;  // fewer activation rows: the row-by-row loop (unpacking a tile costs rows)
 
 template <int QT>
@@ -138,11 +139,12 @@ void linear_tiles(const uint8_t* w, int64_t row_bytes, int num_blocks, const std
         }
     }
     int64_t m = 0;
-    for (; m + 4 <= num_rows; m += 4)
-      tile_rows<kSigned, 4>(tile.data(), num_groups, &act[m], shifted + m, y + m * n_out + n0, n_out, cols);
+    for (; m + kTileRows <= num_rows; m += kTileRows)
+      tile_rows<kSigned, kTileRows>(tile.data(), num_groups, &act[m], shifted + m, y + m * n_out + n0, n_out, cols);
     const ActRow* a = act.data() + m;
     float* ym = y + m * n_out + n0;
-    switch (num_rows - m) {
+    switch (num_rows - m) {  // the rows left: fewer accumulators, the same per-output operations
+      case 4: tile_rows<kSigned, 4>(tile.data(), num_groups, a, shifted + m, ym, n_out, cols); break;
       case 3: tile_rows<kSigned, 3>(tile.data(), num_groups, a, shifted + m, ym, n_out, cols); break;
       case 2: tile_rows<kSigned, 2>(tile.data(), num_groups, a, shifted + m, ym, n_out, cols); break;
       case 1: tile_rows<kSigned, 1>(tile.data(), num_groups, a, shifted + m, ym, n_out, cols); break;
