@@ -7,7 +7,8 @@ Q8_0 embedding as the output head, timed apart). Per row count, one pass runs ev
 interleaved pass by pass and the median pass is reported, with the weight bytes each path reads and the
 bandwidth that implies. Paths: `fp32-packed` (kernels/linear.py, the weights dequantized at load), `int8-dot`
 (the C++ kernel on the quantized bytes: 512-bit tiles of weight rows where the build and type have them),
-`int8-rowwise` (the same kernel's row-by-row loop, the same bits: what the tiles gain), `dequant-gemm` (dequantize in C++ into one scratch buffer, then a oneDNN GEMM: the many-rows path).
+`int8-rowwise` (the same kernel's row-by-row loop, the same bits: what the tiles gain), `dequant-gemm`
+(dequantize in C++ into one scratch buffer, then a oneDNN GEMM: the many-rows path).
 Run it alone on the machine (`flock -x`), and compare ratios from one run.
 """
 from __future__ import annotations
