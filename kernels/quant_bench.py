@@ -6,7 +6,9 @@ Every quantized 2-D tensor of the file is one linear (for the default model: 210
 Q8_0 embedding as the output head, timed apart). Per row count, one pass runs every linear once; the paths are
 interleaved pass by pass and the median pass is reported, with the weight bytes each path reads and the
 bandwidth that implies. Paths: `fp32-packed` (kernels/linear.py, the weights dequantized at load), `int8-dot`
-(the C++ kernel on the quantized bytes), `dequant-gemm` (dequantize in C++ into one scratch buffer, then a oneDNN GEMM: the many-rows path).
+(the C++ kernel on the quantized bytes: 512-bit tiles of weight rows where the build and type have them),
+`int8-rowwise` (the same kernel's row-by-row loop, the same bits: what the tiles gain), `dequant-gemm`
+(dequantize in C++ into one scratch buffer, then a oneDNN GEMM: the many-rows path).
 Run it alone on the machine (`flock -x`), and compare ratios from one run.
 """
 from __future__ import annotations
@@ -66,6 +68,9 @@ def _pass_fns(weights: list[QuantWeight], rows: int, ext) -> dict[str, tuple[obj
                                  for w, p, pw in zip(weights, packed, plain)], fp32_bytes),
         "int8-dot": (lambda: [ext.quant_linear(x[w.in_features], w.data, qtype_number(w.qtype), w.out_features,
                                                w.in_features) for w in weights], q_bytes),
+        "int8-rowwise": (lambda: [ext.quant_linear(x[w.in_features], w.data, qtype_number(w.qtype),
+                                                   w.out_features, w.in_features, tiles=False)
+                                  for w in weights], q_bytes),
         "dequant-gemm": (lambda: [gemm(x[w.in_features], ext.dequantize(w.data, qtype_number(w.qtype),
                                                                             w.out_features, w.in_features,
                                                                             None, scratch))

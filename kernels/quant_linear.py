@@ -3,7 +3,9 @@
 Fast path (C++, csrc/quant_linear.cpp, loaded by quant_cpu_build): llama.cpp's scheme. Each activation row is
 quantized to int8 per 32 values (d = max|x| / 127, q = round(x / d)); every 32-weight group is an integer dot
 product of the quantized bytes with those int8 values, scaled in fp32. It reads only the quantized bytes, once
-per call, for any number of rows (the C++ loop keeps one weight row in L1 while it serves up to 4 rows at a time).
+per call, for any number of rows. With AVX-512 VNNI, for Q4_0/Q4_1/Q5_x/Q5_K/Q8_0 and 4 rows or more, a tile
+of 8 weight rows is unpacked once into L1 and every row runs against it, two weight rows per 512-bit vector
+(csrc/quant_tiles_avx512.h); otherwise one weight row serves up to 4 rows at a time. Both give the same bits.
 For many rows (prefill) the weight is instead dequantized and multiplied with a oneDNN GEMM, from
 `GEMM_MIN_ROWS` rows on: there the GEMM's arithmetic, not the weight bytes, sets the time. The GEMM is fp32 unless
 LLMCHAT_QUANT_GEMM=bfloat16 and the CPU does bf16 dot products natively (AVX-512 BF16, AMX): then it runs on bf16
@@ -19,8 +21,10 @@ after a cache hit (the prompt's tail computed alone, on the int8 path) may part 
 (the whole prompt on the GEMM path) after some tokens — in fp32 too (the default model on an Intel Xeon:
 `ask` twice with a disk hit parted at the 18th token). LLMCHAT_QUANT_GEMM=off runs every row count on the
 int8 dots, whose result for a row is the same bits whatever rows share its call: the cache then never changes
-a greedy reply, at the int8 path's prefill speed (the default model's 512-row pass, Intel Xeon, 2 threads:
-1666 ms against 508 ms on the fp32 GEMM).
+a greedy reply, at the int8 path's prefill speed (the default model's layers, `quant_bench`, Intel Xeon with
+AVX-512 VNNI, 2 threads, int8 tiles / row by row / fp32 dequant-GEMM: 128 rows 117 / 248 / 120 ms, 512 rows
+419 / 989 / 366 ms; its Q8_0 head at 512 rows 119 / 271 / 121 ms). Not yet the default: 512-row prefill is
+~15% slower than the GEMM there, and Q4_K / Q6_K (a Q4_K_M file's bulk) and AVX2 builds have no tiles yet.
 
 Numerics: the int8 activations are the one rounding beyond fp32 on the few-rows path (`quantize_activations_ref`
 is that rounding in torch); where the GEMM path runs in bf16 it rounds activations, weights and its output to

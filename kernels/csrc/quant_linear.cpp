@@ -10,6 +10,7 @@
 
 #include "quant_blocks.h"
 #include "quant_kquants_avx512.h"
+#include "quant_tiles_avx512.h"
 
 namespace llmchat_quant {
 namespace {
@@ -107,6 +108,25 @@ void linear_rows(const uint8_t* w, int64_t row_bytes, int num_blocks, const std:
   }
 }
 
+// columns [n0, n1): the tiled kernel where this build and block type have one and enough rows came, else row by
+// row (the two give the same bits; `tiles` false forces the row-by-row loop, the reference the tests compare)
+template <int QT>
+void linear_cols(const uint8_t* w, int64_t row_bytes, int num_blocks, const std::vector<ActRow>& act,
+                 const uint8_t* const* shifted, bool tiles, float* y, int64_t n_out, int64_t n0, int64_t n1) {
+#if defined(LLMCHAT_AVX512_TILES)
+  if constexpr (tiled_type<QT>()) {
+    if (tiles && int64_t(act.size()) >= kTileMinRows) {  // n0 is a multiple of kTileCols
+      linear_tiles<QT>(w, row_bytes, num_blocks, act, shifted, y, n_out, n0 / kTileCols,
+                       (n1 + kTileCols - 1) / kTileCols);
+      return;
+    }
+  }
+#endif
+  (void)shifted;
+  (void)tiles;
+  linear_rows<QT>(w, row_bytes, num_blocks, act, y, n_out, n0, n1);
+}
+
 template <int QT>
 void dequant_rows(const uint8_t* w, int64_t row_bytes, int num_blocks, const int64_t* ids, float* out, int64_t k,
                   int64_t r0, int64_t r1) {
@@ -142,7 +162,7 @@ void check_weight(const torch::Tensor& w, int64_t qtype, int64_t n_out, int64_t 
 }  // namespace
 
 torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, int64_t qtype, int64_t n_out,
-                           int64_t k) {
+                           int64_t k, bool tiles) {
   check_weight(w, qtype, n_out, k);
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == torch::kFloat && x.dim() == 2 && x.size(1) == k,
               "x must be fp32 [num_rows, in_features] on the CPU");
@@ -167,8 +187,18 @@ torch::Tensor quant_linear(const torch::Tensor& x, const torch::Tensor& w, int64
   const int64_t row_bytes = w.size(1);
   const int num_blocks = int(k / block_weights(int(qtype)));
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, n_out, 16, [&](int64_t n0, int64_t n1) {
-    LLMCHAT_DISPATCH(int(qtype), linear_rows, wp, row_bytes, num_blocks, act, yp, n_out, n0, n1);
+  std::vector<const uint8_t*> shifted(num_rows, nullptr);  // Q8_0's activations + 128, for the tiled kernel
+  torch::Tensor shifted_q;
+#if defined(LLMCHAT_AVX512_TILES)
+  if (qtype == kQ8_0 && tiles && num_rows >= kTileMinRows) {
+    shifted_q = q.view(torch::kByte).bitwise_xor(128);
+    for (int64_t m = 0; m < num_rows; ++m) shifted[m] = shifted_q.data_ptr<uint8_t>() + m * k;
+  }
+#endif
+  const int64_t num_tiles = (n_out + 7) / 8;  // work is split at whole tiles of 8 weight rows
+  at::parallel_for(0, num_tiles, 2, [&](int64_t t0, int64_t t1) {
+    LLMCHAT_DISPATCH(int(qtype), linear_cols, wp, row_bytes, num_blocks, act, shifted.data(), tiles, yp, n_out,
+                     8 * t0, std::min(n_out, 8 * t1));
   });
   return y;
 }
@@ -208,7 +238,9 @@ std::string simd() { return kSimd; }
 }  // namespace llmchat_quant
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("quant_linear", &llmchat_quant::quant_linear, "y = x @ dequantize(w).T from the quantized bytes");
+  m.def("quant_linear", &llmchat_quant::quant_linear, "y = x @ dequantize(w).T from the quantized bytes",
+        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("qtype"), pybind11::arg("n_out"), pybind11::arg("k"),
+        pybind11::arg("tiles") = true);
   m.def("dequantize", &llmchat_quant::dequantize, "w (or its rows row_ids) as fp32",
         pybind11::arg("w"), pybind11::arg("qtype"), pybind11::arg("n_out"), pybind11::arg("k"),
         pybind11::arg("row_ids") = pybind11::none(), pybind11::arg("out") = pybind11::none());

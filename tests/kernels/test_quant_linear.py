@@ -147,6 +147,11 @@ def test_many_rows_path_in_tiles_matches_reference(cpu_kernels, many_rows_gemm):
         assert bool(((got.double() - want).abs() <= bound).all()), scratch_rows
 
 
+# Row counts that reach every grouping of the int8 kernels: the row-by-row loop's 4 + 1..3, the tiled kernel's
+# minimum (4), its passes of 5 rows and the 1..4 rows left, a partial tile of weight rows (19 = 2 * 8 + 3).
+INVARIANCE_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 63, 64, 65, 200, 517)
+
+
 @pytest.mark.parametrize("qtype", list(BLOCK_LAYOUTS))
 def test_int8_dots_are_batch_invariant(cpu_kernels, qtype, monkeypatch):
     """With the GEMM off, a row's output is the same bits whatever rows share its call (a prompt's tail after a
@@ -154,13 +159,28 @@ def test_int8_dots_are_batch_invariant(cpu_kernels, qtype, monkeypatch):
     monkeypatch.setenv("LLMCHAT_QUANT_GEMM", "off")
     gemm_dtype.cache_clear()
     try:
-        weight, gen = _case(qtype, 0.05, seed=zlib.crc32(f"invariant {qtype}".encode()), num_out=19)
-        x = _activations(GEMM_MIN_ROWS + 37, weight.in_features, gen)
+        weight, gen = _case(qtype, 0.05, seed=zlib.crc32(f"invariant {qtype}".encode()), num_out=19, num_blocks=2)
+        x = _activations(max(INVARIANCE_ROWS), weight.in_features, gen)
         whole = quant_linear(x, weight, cpu_kernels)
-        for start, stop in ((0, 1), (5, 8), (3, 17), (GEMM_MIN_ROWS, GEMM_MIN_ROWS + 37), (1, GEMM_MIN_ROWS + 2)):
-            assert torch.equal(quant_linear(x[start:stop], weight, cpu_kernels), whole[start:stop]), (start, stop)
+        for num_rows in INVARIANCE_ROWS:
+            for start in {0, 3, max(INVARIANCE_ROWS) - num_rows}:
+                part = quant_linear(x[start : start + num_rows], weight, cpu_kernels)
+                assert torch.equal(part, whole[start : start + num_rows]), (start, num_rows)
     finally:
         gemm_dtype.cache_clear()
+
+
+@pytest.mark.parametrize("qtype", list(BLOCK_LAYOUTS))
+def test_tiled_int8_dots_equal_the_row_by_row_loop(cpu_kernels, qtype):
+    """The tiled kernel (AVX-512 builds: 8 weight rows unpacked once for all rows) gives the same bits as the
+    row-by-row loop it replaces (`tiles=False`), at every row count and with a partial last tile (37 = 4 * 8 + 5);
+    builds without tiles run the loop both ways."""
+    weight, gen = _case(qtype, 0.05, seed=zlib.crc32(f"tiles {qtype}".encode()), num_out=37, num_blocks=2)
+    x = _activations(max(INVARIANCE_ROWS), weight.in_features, gen)
+    args = (weight.data, qtype_number(qtype), weight.out_features, weight.in_features)
+    for num_rows in INVARIANCE_ROWS:
+        tiled = cpu_kernels.quant_linear(x[:num_rows], *args)
+        assert torch.equal(tiled, cpu_kernels.quant_linear(x[:num_rows], *args, tiles=False)), num_rows
 
 
 def test_unknown_gemm_mode_names_the_choices(monkeypatch):
