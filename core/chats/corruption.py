@@ -37,6 +37,21 @@ class DamagedChat(ValueError):
         self.reason = reason
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
+def check_header(path: Path) -> None:
+    """ChatsFileDamaged unless `path` is missing, empty or starts as a SQLite file does. Checked before SQLite
+    opens it: SQLite, closing a connection to a file it cannot read, deletes the -wal beside it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    if head and head != SQLITE_HEADER:
+        raise ChatsFileDamaged(path, "file is not a database")
+
+
 def is_damage(error: BaseException) -> bool:
     """True for SQLite's "not a database" / "malformed" errors; False for locks, full disks, constraints."""
     if not isinstance(error, sqlite3.DatabaseError):

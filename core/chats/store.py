@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from . import schema
-from .corruption import ChatsFileDamaged, DamagedChat, damage_of  # noqa: F401 (callers import them here)
+from .corruption import ChatsFileDamaged, DamagedChat, check_header, damage_of  # noqa: F401 (callers import them here)
 from .dirlock import DataDirInUse, lock_data_dir
 from .private import make_private_dir, make_private_file
 from . import search as chat_search
@@ -50,6 +50,7 @@ class ChatStore:
             raise damage from e
 
     def _open(self, readonly: bool) -> None:
+        check_header(self.path)  # (before SQLite opens it: it would drop the -wal of a file it cannot read)
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"no chats in {self.data_dir} (no {DB_NAME}); check --data-dir")
