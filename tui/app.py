@@ -7,6 +7,7 @@ current. Its actions and turn views are mixins in tui/actions/; `llmchat` starts
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from textual.css.query import NoMatches
 from ..core.chats.conversation import ChatSettings
 from ..core.chats.store import ChatStore
 from .actions.chats import THEMES, ChatActions
+from .actions.store_writes import StoreWrites, skipped_notice
 from .bridge import EngineBridge, default_engine_factory
 from .commands.config import chat_defaults, start_theme
 from .text.key_bindings import apply_config_keys
@@ -44,7 +46,7 @@ NUM_CHATS_IN_KV_PANEL = 8
 STREAM_INTERVAL_S = 1 / 20  # the streaming reply on screen grows at 20 frames per second at most
 
 
-class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
+class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, StoreWrites, App):
     CSS_PATH = "app.tcss"
     TITLE = "llmchat"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (90, "-medium"), (130, "-wide")]  # panels need room: Ctrl+B shows them
@@ -54,7 +56,8 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
                  model: str | None = None, engine_config: "EngineConfig | None" = None,
                  user_config: "UserConfig | None" = None, config_problem: str | None = None) -> None:
         super().__init__()
-        self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it
+        self.store = ChatStore(data_dir)  # DataDirInUse if another llmchat has it; ChatsFileDamaged (tui/run.py)
+        self.startup_problems: list[str] = []  # one notice each once the screen is up
         self.model_factory = None  # --model path (None: the default) -> its engine factory; None: no switching
         self.loaded_model = model  # the --model loaded (tui/actions/model_switch.py)
         self.switching_model = False
@@ -68,7 +71,10 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
             self.model_factory = lambda m: default_engine_factory(replace(config, model=m))
             self.loaded_model = model if model is not None else config.model
             engine_factory = self.model_factory(self.loaded_model)
-            remember_model(self.store, self.loaded_model)  # (the picker lists recently used paths)
+            try:
+                remember_model(self.store, self.loaded_model)  # (the picker lists recently used paths)
+            except sqlite3.Error as e:  # a full or read-only disk: the app still starts
+                self.startup_problems.append(f"Could not save to {self.store.path}: {e}")
         self.bridge = EngineBridge(self, engine_factory)
         self.turns = TurnManager(self.store, self.bridge, self.post_message)
         self._next_frame = 0.0
@@ -90,7 +96,7 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
         self.user_config = user_config  # the config file's settings (None: none read)
         theme, theme_problem = start_theme(user_config, self.available_themes,
                                            self.store.get_setting("theme", THEMES[0]) or THEMES[0])
-        self.config_problems = [p for p in (config_problem, theme_problem) if p]
+        self.config_problems = [p for p in (config_problem, theme_problem, *self.startup_problems) if p]
         self.theme = theme
         self.config_problems += apply_config_keys(self, user_config)  # a bad [keys] entry: its default stays
 
@@ -99,12 +105,13 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, App):
         await self.push_screen(self.chat_screen)
         self.run_worker(self.bridge.start, thread=True, group="engine", exit_on_error=False,
                         description="load the model and start the engine")
-        for summary in self.store.list_chats():
-            self.sessions[summary.chat_id] = ChatSession(self.store.load_chat(summary.chat_id))
+        skipped = self.load_sessions()  # a chat with damaged rows is skipped (one notice), the others open
         for problem in self.config_problems:  # a malformed config file: one line, the app on its defaults
             self.notify(problem, severity="warning", timeout=10)
+        if skipped:
+            self.notify(skipped_notice(skipped), severity="warning", timeout=15, markup=False)
         if not self.sessions:
-            record = self.store.create_chat(chat_defaults(self.user_config, ChatSettings()))
+            record = self.new_record(chat_defaults(self.user_config, ChatSettings()))
             self.sessions[record.chat_id] = ChatSession(record)
         await self.chat_screen.chat_list.show(self.ordered_sessions(), None)
         await self.open_chat(self.ordered_sessions()[0].chat_id)

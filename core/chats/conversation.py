@@ -59,6 +59,15 @@ class ChatSettings:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
                               top_k=self.top_k, seed=self.seed, stop=self.stop)
 
+    def check(self) -> None:
+        """ValueError (one line, with the remedy) unless a turn can use every value and a row can hold it: NaN,
+        infinities, max tokens past any context (10**30 would not even fit SQLite's INTEGER)."""
+        if not (self.system_prompt is None or isinstance(self.system_prompt, str)):
+            raise ValueError(f"the system prompt must be text, got {self.system_prompt!r}")
+        self.sampling_params()  # (SamplingParams checks each of its fields)
+        if self.seed is not None and self.seed > MAX_SEED or len(self.stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"seed must be at most {MAX_SEED} and stop strings at most {MAX_STOP_STRINGS}")
+
 
 @dataclass(slots=True)
 class Message:
@@ -124,10 +133,11 @@ class Conversation:
             self.store.save_title(self)
 
     def update_settings(self, settings: ChatSettings) -> None:
-        """New settings (they apply from the next turn)."""
+        """New settings (they apply from the next turn); ValueError (nothing changes) for values no turn can use."""
+        settings.check()
+        self.settings = settings  # (kept in memory even if the store call below raises)
         if self.store is not None:
             self.store.update_settings(self.chat_id, settings)
-        self.settings = settings
 
     # -- turns ------------------------------------------------------------------------------
     def start_turn(self, text: str) -> tuple[Message, Message]:

@@ -1,5 +1,8 @@
 """How chats and messages map to SQLite values and rows: token ids as little-endian int32 blobs, metrics as
-JSON (NaN as null), rows to the records of core/chats/conversation.py. core/chats/store.py does the SQL."""
+JSON (NaN as null), rows to the records of core/chats/conversation.py. core/chats/store.py does the SQL.
+
+Reading a chat back checks what a later turn relies on (read_chat): a row that fails is DamagedChat, naming
+what is wrong, so one damaged chat is skipped instead of failing the app later, mid-render or mid-turn."""
 from __future__ import annotations
 
 import json
@@ -9,7 +12,8 @@ import sys
 from array import array
 from dataclasses import fields
 
-from .conversation import ChatSettings, Conversation, Message
+from .conversation import STATUSES, ChatSettings, Conversation, Message
+from .corruption import DamagedChat
 from ..api.metrics import RequestMetrics
 
 
@@ -22,6 +26,8 @@ def ids_to_blob(token_ids: list[int]) -> bytes:
 
 
 def blob_to_ids(blob: bytes) -> list[int]:
+    if not isinstance(blob, bytes) or len(blob) % 4:
+        raise ValueError(f"its token ids are {_what(blob)}, not int32s")
     a = array("i")
     a.frombytes(blob)
     if sys.byteorder == "big":
@@ -48,7 +54,15 @@ def metrics_from_json(text: str | None) -> RequestMetrics | None:
     return RequestMetrics(**kwargs)
 
 
+def _what(value: object) -> str:
+    return f"a blob of {len(value)} bytes" if isinstance(value, bytes) else f"a {type(value).__name__}"
+
+
 def message_from_row(row: sqlite3.Row) -> Message:
+    if not isinstance(row["content"], str):
+        raise ValueError(f"message {row['message_id']} has {_what(row['content'])} for its text")
+    if row["role"] not in ("user", "assistant") or row["status"] not in STATUSES:
+        raise ValueError(f"message {row['message_id']} has role {row['role']!r}, status {row['status']!r}")
     span = (row["token_start"], row["token_end"]) if row["token_start"] is not None else None
     return Message(
         row["role"], row["content"], row["status"], row["finish_reason"], row["error"],
@@ -62,6 +76,16 @@ def conversation_from_row(row: sqlite3.Row, messages: list[Message]) -> Conversa
         row["chat_id"], row["title"], bool(row["title_auto"]), row["created_at"], row["updated_at"],
         settings, blob_to_ids(row["token_ids"]), messages,
     )
+
+
+def read_chat(row: sqlite3.Row, message_rows: list[sqlite3.Row]) -> Conversation:
+    """A chat as stored, checked (ids, texts, roles, settings); DamagedChat says what is wrong with it."""
+    try:
+        chat = conversation_from_row(row, [message_from_row(r) for r in message_rows])
+        chat.settings.check()
+    except (ValueError, TypeError) as e:  # (json.JSONDecodeError is a ValueError)
+        raise DamagedChat(row["chat_id"], str(e)) from None
+    return chat
 
 
 def span_columns(m: Message) -> tuple[int | None, int | None]:

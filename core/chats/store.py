@@ -7,6 +7,8 @@ turn state) live in core/chats/conversation.py; this file only maps rows to thos
 change is one transaction. One app owns a data dir at a time: a
 second one gets DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock). Message text is
 searchable across chats (core/chats/search.py: an FTS5 index kept in step by triggers, built on open).
+A file SQLite cannot read is ChatsFileDamaged, one chat that cannot be read back DamagedChat
+(core/chats/corruption.py); settings no turn can use are refused (ValueError) before any SQL.
 """
 from __future__ import annotations
 
@@ -16,35 +18,17 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import schema
+from .corruption import ChatsFileDamaged, DamagedChat, check_header, damage_of  # noqa: F401 (callers import them here)
 from .dirlock import DataDirInUse, lock_data_dir
 from .private import make_private_dir, make_private_file
 from . import search as chat_search
 from .conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
 from . import extras as store_extras
-from .rows import (
-    conversation_from_row, ids_to_blob, message_from_row, metrics_to_json, span_columns,
-)
-
-DB_NAME = "chats.sqlite3"
-
-
-def default_data_dir() -> Path:
-    """Where chats live unless --data-dir says otherwise: $LLMCHAT_DATA_DIR, else ~/.local/share/llmchat on Linux."""
-    import platformdirs
-
-    return Path(os.environ.get("LLMCHAT_DATA_DIR") or platformdirs.user_data_dir("llmchat")).expanduser()
-
-
-@dataclass(slots=True)
-class ChatSummary:
-    chat_id: int
-    title: str
-    updated_at: float
-    num_messages: int
+from .rows import ids_to_blob, metrics_to_json, read_chat, span_columns
+from .data_dir import DB_NAME, ChatSummary, default_data_dir  # noqa: F401 (callers import them from here)
 
 
 class ChatStore:
@@ -56,6 +40,17 @@ class ChatStore:
         self.path = self.data_dir / DB_NAME
         self._lock = threading.RLock()
         self._lock_fd: int | None = None
+        self._db: sqlite3.Connection | None = None
+        try:
+            self._open(readonly)
+        except BaseException as e:  # (the data dir's lock goes too: the app may retry after a move_aside)
+            self.close()
+            if (damage := damage_of(e, self.path)) is None:
+                raise
+            raise damage from e
+
+    def _open(self, readonly: bool) -> None:
+        check_header(self.path)  # (before SQLite opens it: it would drop the -wal of a file it cannot read)
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"no chats in {self.data_dir} (no {DB_NAME}); check --data-dir")
@@ -173,7 +168,7 @@ class ChatStore:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE chat_id = ? ORDER BY message_id", (chat_id,)
             ).fetchall()
-            conversation = conversation_from_row(row, [message_from_row(r) for r in rows])
+            conversation = read_chat(row, rows)  # DamagedChat: this one chat cannot be read back
             conversation.model_id = store_extras.load(self._db, chat_id, conversation.settings)
         conversation.store = self  # its changes persist themselves from now on
         return conversation
@@ -191,6 +186,7 @@ class ChatStore:
 
     def update_settings(self, chat_id: int, settings: ChatSettings) -> None:
         s = settings
+        s.check()  # ValueError: NaN, 10**30 max tokens... (no IntegrityError, no OverflowError from sqlite3)
         with self._tx() as db:
             self._require(db.execute(
                 "UPDATE chats SET system_prompt = ?, temperature = ?, top_p = ?, max_tokens = ? WHERE chat_id = ?",
@@ -241,6 +237,7 @@ class ChatStore:
     def _insert_chat(db: sqlite3.Connection, c: Conversation) -> int:
         """The chats row of `c` (its title, times, settings, ids) and its extras; returns the new chat id."""
         s = c.settings
+        s.check()
         chat_id = db.execute(
             "INSERT INTO chats (title, title_auto, created_at, updated_at, system_prompt, temperature, top_p,"
             " max_tokens, token_ids) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

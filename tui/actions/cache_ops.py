@@ -7,6 +7,7 @@ drop_last_reply, branch), so the next prompt hits every full block before that p
 """
 from __future__ import annotations
 
+import sqlite3
 
 from ...core.chats.conversation import Message
 from ..session import ChatSession
@@ -45,7 +46,8 @@ class ChatOps(AppMixin):
             self.notify("No reply to regenerate yet", severity="warning")
             return
         user = messages[-2]
-        removed = session.conversation.drop_last_reply()
+        removed = messages[-1]
+        self.saved(session.conversation.drop_last_reply, what="the regenerate")  # (memory changes even if not)
         for message in (removed, user):  # the new turn shows both again
             await self.chat_screen.transcript.remove_message(message)
         if not self.turns.resend(session):
@@ -66,7 +68,7 @@ class ChatOps(AppMixin):
         self.notify("Undid the last turn; its message is back in the input box.", timeout=3)
 
     async def cut_chat(self, session: ChatSession, message: Message) -> None:
-        session.conversation.cut_at(message)
+        self.saved(session.conversation.cut_at, message, what="the shortened chat")  # (memory is cut either way)
         await self.chat_screen.transcript.show(session)
         self.chat_screen.chat_list.refresh_chat(session.chat_id)
         self.chat_screen.panels.show_chat(session)
@@ -96,6 +98,9 @@ class ChatOps(AppMixin):
             return
         chat = session.conversation
         fork = await self.add_fork(session, chat.messages[-1], f"{chat.title} (before edit)")
+        if fork is None:  # not stored: the chat stays as it was, the edited text goes to the input box
+            self.chat_screen.prompt.set_message(text)
+            return
         self.notify(f"The earlier branch is kept as chat #{fork.chat_id}.", timeout=4)
         await self.cut_chat(session, message)
         if not self.turns.send(session, text):
@@ -122,13 +127,22 @@ class ChatOps(AppMixin):
         upto = message if message.role == "assistant" else messages[messages.index(message) - 1] \
             if messages.index(message) > 0 else None
         fork = await self.add_fork(session, upto, f"{session.conversation.title} (fork)")
+        if fork is None:
+            return
         await self.open_chat(fork.chat_id)
         if message.role == "user":
             self.chat_screen.prompt.set_message(message.content)
         self.notify(f"Forked into chat #{fork.chat_id}", timeout=3)
 
-    async def add_fork(self, session: ChatSession, upto: Message | None, title: str) -> ChatSession:
-        fork = ChatSession(session.conversation.branch(upto, title))
+    async def add_fork(self, session: ChatSession, upto: Message | None, title: str) -> ChatSession | None:
+        """The fork as a new chat; None (one notice, nothing changed) when the disk refused to store it."""
+        try:
+            fork = ChatSession(session.conversation.branch(upto, title))
+        except sqlite3.Error as e:
+            self.tell_not_saved(f"Could not store a fork in {self.store.path}: {e}; nothing changed.")
+            return None
+        if fork.conversation.store is None:  # a fork of a chat kept in memory only is kept in memory too
+            fork.conversation.chat_id = self.memory_chat_id()
         self.sessions[fork.chat_id] = fork
         await self.refresh_chat_list()
         return fork

@@ -2,6 +2,7 @@
 and their command-palette entries. A mixin of LlmChatApp: it uses the app's store, sessions and screen."""
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class ChatActions(AppMixin):
             self.chat_screen.prompt.focus()  # already on an empty chat
             return
         settings = current.settings if current else ChatSettings()
-        record = self.store.create_chat(chat_defaults(self.user_config, settings))  # (the file's defaults win)
+        record = self.new_record(chat_defaults(self.user_config, settings))  # (the file's defaults win)
         self.sessions[record.chat_id] = ChatSession(record)
         await self.refresh_chat_list()
         await self.open_chat(record.chat_id)
@@ -55,8 +56,11 @@ class ChatActions(AppMixin):
             return
         try:
             record = self.store.add_chat(read_chat_file(Path(path.strip()).expanduser()))
-        except ChatImportError as e:
+        except (ChatImportError, ValueError) as e:  # (ValueError: settings no turn can use)
             self.notify(f"{safe_text(path.strip())}: {safe_text(str(e))}; nothing imported", severity="error")
+            return
+        except sqlite3.Error as e:  # a full or read-only disk: the file stays where it is
+            self.tell_not_saved(f"Could not import into {self.store.path}: {e}; nothing imported")
             return
         self.sessions[record.chat_id] = ChatSession(record)
         await self.refresh_chat_list()
@@ -73,7 +77,7 @@ class ChatActions(AppMixin):
         if title is None:
             return
         try:
-            session.conversation.rename(title)
+            self.saved(session.conversation.rename, title, what="the new title")  # (kept in memory if not)
         except ValueError as e:
             self.notify(str(e), severity="error")
             return
@@ -93,15 +97,21 @@ class ChatActions(AppMixin):
     async def delete_chat(self, session: ChatSession) -> None:
         if session.chat_id not in self.sessions:
             return
+        if session.conversation.store is not None:  # (a chat kept in memory only has no row)
+            try:
+                self.store.delete_chat(session.chat_id)
+            except sqlite3.Error as e:  # rolled back: the chat is still in the file, so it stays here too
+                self.tell_not_saved(f"Could not delete chat #{session.chat_id} from {self.store.path}: {e}. "
+                                    "It is kept.")
+                return
         self.turns.cancel(session)
-        self.store.delete_chat(session.chat_id)
         del self.sessions[session.chat_id]
         self.drafts.pop(session.chat_id, None)
         if self.current_id == session.chat_id:
             self.current_id = None
             self.chat_screen.prompt.clear_message()
         if not self.sessions:
-            record = self.store.create_chat(session.settings)
+            record = self.new_record(session.settings)
             self.sessions[record.chat_id] = ChatSession(record)
         await self.refresh_chat_list()
         if self.current_id is None:
@@ -118,9 +128,14 @@ class ChatActions(AppMixin):
     def save_settings(self, session: ChatSession, settings: ChatSettings | None) -> None:
         if settings is None or session.chat_id not in self.sessions:
             return
-        session.conversation.update_settings(settings)
+        try:
+            stored = self.saved(session.conversation.update_settings, settings, what="the settings")
+        except ValueError as e:  # (the dialog checks them first: this is a last guard)
+            self.notify(str(e), severity="error", markup=False)
+            return
         self.show_header()
-        self.notify("Settings saved; they apply from the next message.", timeout=2)
+        if stored:
+            self.notify("Settings saved; they apply from the next message.", timeout=2)
 
     def action_export(self) -> None:
         from ..commands.export import export_chat
@@ -176,7 +191,7 @@ class ChatActions(AppMixin):
 
     def watch_theme(self, theme: str) -> None:
         if self.is_running:
-            self.store.set_setting("theme", theme)
+            self.saved(self.store.set_setting, "theme", theme, what="the theme")  # (the theme applies anyway)
 
     def action_toggle_panels(self) -> None:
         """Show or hide the panels (hidden by default below 130 columns, where the conversation needs the room)."""

@@ -144,7 +144,7 @@ def switch_model(app: "LlmChatApp", choice: ModelChoice | None) -> None:
                                  "model loaded before.", severity="error", timeout=10, markup=False)
             bridge.start()  # the old factory: EngineReady (or EngineFailed) as at start
         else:
-            app.call_from_thread(remember_model, app.store, choice.model)
+            app.call_from_thread(app.saved, remember_model, app.store, choice.model, what="the recent models")
             app.loaded_model = choice.model
         finally:
             app.switching_model = False

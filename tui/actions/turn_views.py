@@ -1,11 +1,10 @@
-"""A turn on screen: Enter sends it, and what the screen does when it starts, finishes, is refused or cannot be
-saved (the messages TurnManager posts). A mixin of LlmChatApp, like the other actions."""
+"""A turn on screen: Enter sends it, and what the screen does when it starts, finishes or is refused (the messages
+TurnManager posts; SaveFailed is tui/actions/store_writes.py's). A mixin of LlmChatApp, like the other actions."""
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from ..messages import SaveFailed, TurnFinished, TurnRefused, TurnStarted
+from ..messages import TurnFinished, TurnRefused, TurnStarted
 from ..text.format import merged_draft
 from .full_chat import offer_full_chat_choice
 from .mixin import AppMixin
@@ -79,10 +78,3 @@ class TurnViews(AppMixin):
         else:  # back in that chat's draft, before whatever was typed there
             self.drafts[session.chat_id] = merged_draft(text, self.drafts.get(session.chat_id, ""))
             self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8, markup=False)
-
-    def on_save_failed(self, msg: SaveFailed) -> None:
-        now = time.monotonic()
-        if now - self._last_write_error > 10:  # once in a while, not per token
-            self._last_write_error = now
-            self.notify(f"Could not save to {msg.path}: {msg.error}. The chat goes on in memory.",
-                        severity="error", timeout=10, markup=False)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sqlite3
 import sys
 import time
 from dataclasses import fields
 from pathlib import Path
 
 from ...core.chats.conversation import Conversation
+from ...core.chats.corruption import DamagedChat, damage_of
 from ...core.chats.private import make_private_dir, write_private_text
 from ...core.chats.store import ChatStore, default_data_dir
 from ..text import format as fmt
@@ -107,17 +109,22 @@ def run_export(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).expanduser() if getattr(args, "data_dir", None) else default_data_dir()
     try:
         store = ChatStore(data_dir, readonly=True)
-    except (FileNotFoundError, RuntimeError) as e:  # no chats there yet; a store from a newer llmchat
+    except (FileNotFoundError, RuntimeError) as e:  # no chats there yet; a newer llmchat's; ChatsFileDamaged
         print(f"llmchat: {e}", file=sys.stderr)
         return 2
     with store:
-        if getattr(args, "chat_id", None) is None:
-            print(chat_table(store))
-            return 0
         try:
+            if getattr(args, "chat_id", None) is None:
+                print(chat_table(store))
+                return 0
             record = store.load_chat(args.chat_id)
-        except LookupError as e:
+        except (LookupError, DamagedChat) as e:
             print(f"llmchat: {e} (`llmchat export` lists them)", file=sys.stderr)
+            return 2
+        except sqlite3.DatabaseError as e:  # a damaged page met past the file's header
+            if (damage := damage_of(e, store.path)) is None:
+                raise
+            print(f"llmchat: {damage}", file=sys.stderr)
             return 2
     text = chat_json(record) if getattr(args, "format", "markdown") == "json" else chat_markdown(record) + "\n"
     output = getattr(args, "output", None)

@@ -126,4 +126,6 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         top_k = parse_top_k(self.query_one("#top_k", Input).value)
         seed = parse_seed(self.query_one("#seed", Input).value)
         stop = parse_stop_lines(self.query_one("#stop", TextArea).text)
-        return ChatSettings(system, temperature, top_p, max_tokens, top_k, seed, stop)
+        settings = ChatSettings(system, temperature, top_p, max_tokens, top_k, seed, stop)
+        settings.check()  # NaN, inf, 10**30 max tokens: the record's own check, one line
+        return settings
