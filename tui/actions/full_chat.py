@@ -5,6 +5,7 @@ input box."""
 from __future__ import annotations
 
 import re
+import sqlite3
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -48,12 +49,21 @@ async def take_choice(app: "LlmChatApp", session: ChatSession, choice: Choice, t
     if choice.kind == "fork":
         new = await app.add_fork(session, chat.messages[choice.keep_from],
                                  f"{chat.title} (fork from #{choice.keep_from + 1} to fit)")
+        if new is None:  # the disk refused it (told once); the message stays where it was
+            return
     else:
         kept = [Message(m.role, m.content, m.status, m.finish_reason, m.error, m.metrics, m.created_at)
                 for m in chat.messages[choice.keep_from:]]  # no token spans: tokenized afresh
         trimmed = Conversation(0, f"{chat.title} (oldest {choice.keep_from // 2} turns dropped)", False,
                                settings=replace(chat.settings), messages=kept, model_id=chat.model_id)
-        new = ChatSession(chat.store.add_chat(trimmed) if chat.store is not None else trimmed)
+        try:
+            stored = chat.store.add_chat(trimmed) if chat.store is not None else None
+        except sqlite3.Error as e:
+            app.tell_not_saved(f"Could not store the trimmed chat in {app.store.path}: {e}; nothing changed.")
+            return
+        if stored is None:  # a chat kept in memory only is trimmed in memory too
+            trimmed.chat_id = app.memory_chat_id()
+        new = ChatSession(stored or trimmed)
         app.sessions[new.chat_id] = new
         await app.refresh_chat_list()
     await app.open_chat(new.chat_id)
