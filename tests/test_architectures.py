@@ -19,6 +19,7 @@ from arch_cases import CASE_NAMES, CASES, Case, hf_model, save_folder
 from gguf_writer import write_gguf
 from llmchat.core.api.params import SamplingParams
 from llmchat.core.config import EngineConfig
+from llmchat.core.hf_config import ARCHITECTURES
 from llmchat.core.engine.engine import LLMEngine
 from llmchat.core.model.dense import DenseKV
 from llmchat.core.model.loader import LoadedModel, load_model
@@ -194,7 +195,8 @@ def test_ask_on_a_gguf_of_each_architecture(built, name):
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected + "\n"
-    assert f"model {ARCHES[b.case.gguf_arch].hf_architecture}:" in done.stderr
+    model_type = ARCHITECTURES[ARCHES[b.case.gguf_arch].hf_architecture]  # the facts line names it
+    assert f" · {model_type} · " in next(line for line in done.stderr.splitlines() if line.startswith("model "))
 
 
 def test_every_declared_end_id_stops_a_reply(built, tmp_path):

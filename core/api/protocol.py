@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:  # (so that the UI can import this module without loading torch)
     from .events import EngineEvent
     from .metrics import EngineStats
+    from .model_facts import ModelFacts
     from ..api.params import SamplingParams
 
 
@@ -31,6 +32,7 @@ class BackendInfo:
     kv_bytes_per_token: int | None  # None: the backend does not say
     load_seconds: float = 0.0
     model_id: str | None = None  # which model (weights + config): a chat's token ids are of one; None: unknown
+    facts: "ModelFacts | None" = None  # what was loaded (architecture, parameters, weight types); None: unknown
 
 
 class Handle(Protocol):

@@ -26,6 +26,7 @@ import httpx
 
 from ..api.events import Finished, Started, TextDelta
 from ..api.metrics import EngineStats, LiveRequest, RequestMetrics, StatsWindow
+from ..api.model_facts import ModelFacts
 from ..api.protocol import BackendInfo, Sink
 from ..text.reasoning import ReasoningTagger
 from .remote_stats import ServerFigures, parse_server_metrics
@@ -87,7 +88,9 @@ class RemoteBackend:
         self.client = httpx.Client(base_url=root, headers=headers, timeout=timeout,
                                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
         self.model, context_length = self._discover(model)
-        self._info = BackendInfo(self.model, context_length, f"remote {root}", "—", None, time.perf_counter() - start)
+        facts = ModelFacts(self.model, context_length=context_length or None)  # all a server's /v1/models says
+        self._info = BackendInfo(self.model, context_length, f"remote {root}", "—", None, time.perf_counter() - start,
+                                 facts=facts)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._in_flight: dict[int, RemoteHandle] = {}

@@ -22,6 +22,7 @@ from ..inspect.cache_check import check_cache
 from ..api.explanation import PromptContext
 from ..engine.engine import LLMEngine
 from ..inspect.engine_facts import facts_of
+from ..model.model_facts import model_facts
 from ..api.events import EngineEvent, Finished, Started
 from ..api.metrics import EngineStats, RequestMetrics
 from .ahead_calls import CacheAheadCalls
@@ -73,9 +74,10 @@ class EngineService(CacheAheadCalls):
         self.engine = engine
         self.sink = sink
         loaded, config = engine.loaded, engine.config
-        self._info = BackendInfo(model_name or loaded.folder.name, engine.max_context, config.device,
+        name = model_name or loaded.folder.name
+        self._info = BackendInfo(name, engine.max_context, config.device,
                                  loaded.weight_dtype, engine.kv_cache.bytes_per_token,
-                                 loaded.load_seconds, model_identity(loaded))
+                                 loaded.load_seconds, model_identity(loaded), model_facts(loaded, model_name))
         self._inbox: queue.Queue[tuple] = queue.Queue()
         self._ids = itertools.count(1)
         self._by_request: dict[int, RequestHandle] = {}  # engine request id -> handle (engine thread only)

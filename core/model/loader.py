@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from ..config import EngineConfig, ModelConfig
-from .model import Linear, Transformer, build_model
+from .model import Transformer, build_model
 from ..text.tokenizer import Tokenizer
 from ..weights.checkpoint import check_tensor_shapes, read_config
 from ..weights.errors import ModelLoadError
@@ -162,17 +162,14 @@ def declared_stop_ids(folder: Path, config: ModelConfig) -> frozenset[int]:
 
 
 def describe(loaded: LoadedModel) -> str:
-    """One line on what was loaded: architecture, parameters, weight storage, context, layer kinds."""
+    """One line on what was loaded: the facts line (core/model/model_facts.py), then activations and layer kinds."""
+    from .model_facts import model_facts
+
     cfg = loaded.config
-    num_params = sum(p.numel() for p in loaded.model.parameters() if p is not None)
-    num_params += sum(m.in_features * m.out_features for m in loaded.model.modules()
-                      if isinstance(m, Linear) and m.packed is not None)  # a packed projection holds no parameter
     kinds = ", ".join(f"{cfg.layer_types.count(k)} {k.replace('_', ' ')}"
                       + (f" ({cfg.sliding_window})" if k == "sliding_attention" else "")
                       for k in dict.fromkeys(cfg.layer_types))
-    return (f"{cfg.architecture}: {num_params / 1e6:,.1f}M parameters, weights {loaded.weight_dtype}, activations "
-            f"{loaded.dtype}, context {cfg.max_position_embeddings:,} tokens, {cfg.num_hidden_layers} layers "
-            f"({kinds})")
+    return f"{model_facts(loaded).line()} ({cfg.num_hidden_layers} layers: {kinds}; activations {loaded.dtype})"
 
 
 def load_model_for(config: "EngineConfig", progress: Callable[[str], None] | None = None) -> LoadedModel:

@@ -77,7 +77,8 @@ class ChatScreen(Screen):
     def show_engine_ready(self, info: BackendInfo) -> None:
         self.query_one("#loading").display = False
         self.query_one("#model-status", Static).update(
-            Content(f"{safe_text(info.model_name)}\n{info.device} · context {info.context_length:,}")
+            Content(f"{safe_text(info.facts.line() if info.facts else info.model_name)}\n"
+                    f"{info.device} · context {info.context_length:,}")
         )
 
     def show_engine_loading(self, line: str) -> None:
