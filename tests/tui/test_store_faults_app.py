@@ -5,6 +5,7 @@ with one notice, the change in memory and the file exactly as it was."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from fake_backend import FakeBackend
@@ -71,7 +72,8 @@ def test_llmchat_on_a_damaged_file_asks_then_moves_it_aside_or_exits_2(tmp_path,
 
 
 async def test_the_move_aside_question_names_the_file_and_takes_y_or_n(tmp_path):
-    damage = ChatsFileDamaged(tmp_path / "chats.sqlite3", "file is not a database")
+    # a short path: a long one (pytest's tmp dirs grow with the run number) wraps inside its own characters
+    damage = ChatsFileDamaged(Path("/data/chats.sqlite3"), "file is not a database")
     for key, wanted in (("y", True), ("n", False), ("escape", False)):
         app = damaged_file.MoveAsideApp(damage)
         async with app.run_test(size=SIZE) as pilot:
