@@ -34,6 +34,10 @@ class ChatTemplateError(ValueError):
     """The chat template cannot render this conversation (invalid, refused it, or over budget)."""
 
 
+class TemplateRefused(ChatTemplateError):
+    """The template itself refused the conversation (its `raise_exception`), e.g. "System role not supported"."""
+
+
 class _OverBudget(jinja2.exceptions.SecurityError):
     pass
 
@@ -184,8 +188,12 @@ class _BudgetedSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
+class _TemplateRaised(jinja2.exceptions.TemplateError):
+    """The template's own `raise_exception(...)`: it refuses this conversation's shape."""
+
+
 def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
+    raise _TemplateRaised(message)
 
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
@@ -229,7 +237,9 @@ def render_chat_template(template: jinja2.Template, variables: dict[str, Any], s
     except _OverBudget as e:
         raise ChatTemplateError(f"the chat template ran over its budget for this conversation ({e}): the model's "
                                 "template loops or grows without bound; fix it or use another model") from e
-    except jinja2.exceptions.TemplateError as e:  # includes SecurityError and the template's raise_exception
+    except _TemplateRaised as e:
+        raise TemplateRefused(f"the chat template refused this conversation: {e}") from e
+    except jinja2.exceptions.TemplateError as e:  # includes SecurityError
         raise ChatTemplateError(f"the chat template refused this conversation: {e}") from e
     except (RecursionError, MemoryError, OverflowError, ArithmeticError) as e:
         raise ChatTemplateError(f"the chat template failed on this conversation ({type(e).__name__}: {e})") from e

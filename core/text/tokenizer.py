@@ -14,6 +14,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from .chat_template import (ChatTemplateError, compile_chat_template, pick_template, plain_data,
                                         render_chat_template)
+from .system_role import render_with_system_role
 
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end|>", "<end_of_turn>")
 
@@ -118,8 +119,10 @@ class Tokenizer:
             raise ChatTemplateError("cannot render a chat template for an empty conversation; add at least one message")
         variables = {**self.special_tokens, **plain_data(kwargs)}
         plain_messages = [{k: v for k, v in plain_data(m).items() if v is not None} for m in messages]
-        return render_chat_template(self._template, dict(variables, messages=plain_messages, tools=None,
-                                                         documents=None, add_generation_prompt=add_generation_prompt))
+        template = self._template
+        variables.update(tools=None, documents=None, add_generation_prompt=add_generation_prompt)
+        return render_with_system_role(lambda ms: render_chat_template(template, dict(variables, messages=ms)),
+                                       plain_messages)
 
 
 class IncrementalDetokenizer:
