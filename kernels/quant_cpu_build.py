@@ -16,8 +16,9 @@ from pathlib import Path
 from types import ModuleType
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-SOURCES = ("quant_linear.cpp",)
-HEADERS = ("quant_simd.h", "quant_blocks.h", "quant_kquants_avx512.h", "quant_tiles_avx512.h")
+SOURCES = ("quant_linear.cpp", "decode_ops.cpp", "decode_attention.cpp", "decode_stack.cpp")
+CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno")  # with -march=<arch>; no -ffast-math: the sums keep their order
+HEADERS = ("decode_ops.h", "quant_simd.h", "quant_blocks.h", "quant_kquants_avx512.h", "quant_tiles_avx512.h")
 
 
 @dataclass(slots=True)
@@ -38,7 +39,7 @@ def _cpu_identity() -> str:
 
 
 def module_name(arch: str = "native") -> str:
-    digest = hashlib.sha256(f"{arch}\n{_cpu_identity()}".encode())
+    digest = hashlib.sha256(f"{arch}\n{' '.join(CFLAGS)}\n{_cpu_identity()}".encode())
     for name in SOURCES + HEADERS:
         digest.update((CSRC / name).read_bytes())
     return f"llmchat_quant_{digest.hexdigest()[:12]}"
@@ -60,7 +61,7 @@ def load_cpu_kernels(build_dir: str, arch: str = "native") -> CpuKernels:
         folder.mkdir(parents=True, exist_ok=True)
         module = cpp_extension.load(
             name=name, sources=[str(CSRC / s) for s in SOURCES], build_directory=str(folder),
-            extra_cflags=["-O3", f"-march={arch}", "-fopenmp"], extra_ldflags=["-fopenmp"],
+            extra_cflags=[*CFLAGS, f"-march={arch}"], extra_ldflags=["-fopenmp"],
             extra_include_paths=[str(CSRC)], verbose=False,
         )
     except (OSError, RuntimeError, ImportError) as e:  # no compiler, no ninja, a failed build

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
@@ -23,21 +24,23 @@ class AttentionMetadata:
 class PagedKV:
     """KVContext over the paged cache: store the new K/V through slot_mapping, then attend via block tables."""
 
-    def __init__(self, cache: PagedKVCache, meta: AttentionMetadata, scale: float, backend: str):
+    def __init__(self, cache: PagedKVCache, meta: AttentionMetadata, scale: float, backend: str,
+                 cpu: ModuleType | None = None):
         self.cache = cache
         self.meta = meta
         self.scale = scale
         self.backend = backend  # resolved ("torch" or "triton"): the model's norms and RoPE use it too
+        self.cpu = cpu  # the C++ CPU kernels (None: the torch references), for the small ops too
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
                softcap: float = 0.0) -> torch.Tensor:
         m = self.meta
         k_cache, v_cache = self.cache.k[layer_idx], self.cache.v[layer_idx]
-        ops.store_kv(k, v, k_cache, v_cache, m.slot_mapping, backend=self.backend)
+        ops.store_kv(k, v, k_cache, v_cache, m.slot_mapping, backend=self.backend, cpu=self.cpu)
         if m.is_decode:
             return ops.paged_decode_attention(
                 q, k_cache, v_cache, m.block_tables, m.seq_lens, self.scale, backend=self.backend, window=window,
-                softcap=softcap,
+                softcap=softcap, cpu=self.cpu,
             )
         return ops.paged_prefill_attention(
             q, k_cache, v_cache, m.block_tables, m.cu_seqlens_q, m.seq_lens, self.scale, backend=self.backend,

@@ -1,9 +1,12 @@
 """ScheduledBatch -> tensors (positions, slot_mapping, block tables, context lengths) -> forward -> sampled tokens."""
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .attention import AttentionMetadata, PagedKV
+from ..model.decode_stack import MAX_ROWS, build_decode_stack
 from .kv_cache import PagedKVCache
 from ..model.model import Transformer
 from .spec.verify import sample_spans
@@ -19,6 +22,12 @@ class ModelRunner:
         self.device = model.device
         self.scale = model.config.attention_scale
         self.kernel_backend = ops.resolve_backend(kernel_backend, self.device)  # once, for every op
+        self.cpu_kernels = model.cpu_kernels if self.device.type == "cpu" else None
+        # a decode step's layers in one C++ call where the model allows (core/model/decode_stack.py; the same
+        # bits as the Python forward); LLMCHAT_DECODE_STACK=off keeps the Python forward (to compare)
+        use_stack = self.cpu_kernels is not None and self.kernel_backend == "torch" and (
+            os.environ.get("LLMCHAT_DECODE_STACK", "").strip().lower() != "off")
+        self.decode_stack = build_decode_stack(model) if use_stack else None
 
     def prepare(self, batch: ScheduledBatch) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[tuple[int, int]]]:
         """Inputs for one step, and per sequence the rows to sample: (first row, number of rows); 0 rows while
@@ -62,8 +71,12 @@ class ModelRunner:
         drafted tokens the target kept plus one more (core/engine/spec/verify.py); and the sequences (by
         index in the batch) whose sampling failed, with the reason."""
         input_ids, positions, meta, spans = self.prepare(batch)
-        kv = PagedKV(self.kv_cache, meta, self.scale, self.kernel_backend)
-        hidden = self.model(input_ids, positions, kv)
+        if self.decode_stack is not None and meta.is_decode and len(input_ids) <= MAX_ROWS:
+            hidden = self.decode_stack.forward(self.model.embed_tokens(input_ids), positions, meta.slot_mapping,
+                                               meta.block_tables, meta.seq_lens, self.kv_cache.k, self.kv_cache.v)
+        else:
+            kv = PagedKV(self.kv_cache, meta, self.scale, self.kernel_backend, self.cpu_kernels)
+            hidden = self.model(input_ids, positions, kv)
         rows = [first + j for first, n in spans for j in range(n)]
         if not rows:
             return [[] for _ in batch.seqs], {}

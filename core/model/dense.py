@@ -22,6 +22,7 @@ class DenseKV:
         cfg = model.config
         dtype, device = model.dtype, model.device
         self.backend = ops.resolve_backend(backend, device)  # for the model's norms and RoPE
+        self.cpu = model.cpu_kernels if device.type == "cpu" else None  # and their C++ kernels
         shape = (max_len, cfg.num_key_value_heads, cfg.head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]

@@ -144,6 +144,8 @@ def load_model(
     config, state = open_checkpoint(folder, device)
     net = build_model(config, state, dtype=DTYPES[dtype], device=device, weight_dtype=DTYPES[weight_dtype])
     del state
+    if device == "cpu":  # the decode step's small ops in C++ (the torch references where it cannot be built)
+        net.cpu_kernels = load_cpu_kernels(str(cache_dir() / "kernels")).module
     tokenizer = Tokenizer.from_dir(folder)
     tokenizer.stop_token_ids |= declared_stop_ids(folder, config)
     return LoadedModel(folder, config, net, tokenizer, time.perf_counter() - start, dtype, weight_dtype)
@@ -189,6 +191,7 @@ def load_gguf_quantized(path: Path, dtype: str, start: float,
     if kernels.module is None:  # one notice line: the slower torch path runs instead
         (progress or (lambda line: print(line, file=sys.stderr)))(kernels.note)
     net = build_quantized_model(source.config, source, DTYPES[dtype], kernels.module)
+    net.cpu_kernels = kernels.module
     tokenizer = Tokenizer.from_files(source.tokenizer_files())
     weight_format = "gguf:" + "+".join(source.kinds())
     return LoadedModel(path, source.config, net, tokenizer, time.perf_counter() - start, dtype, weight_format,

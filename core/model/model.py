@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from types import ModuleType
 from typing import Protocol
 
 import torch
@@ -30,10 +31,12 @@ ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": partial(F.gelu, approximate=
 
 
 class KVContext(Protocol):
-    """Where a layer's K/V go and how its attention reads them back, and which kernel backend every op of
-    this forward uses (resolved once by whoever builds the context: "torch" or "triton")."""
+    """Where a layer's K/V go and how its attention reads them back, and which kernels every op of this
+    forward uses: the backend (resolved once by whoever builds the context: "torch" or "triton") and, on the
+    CPU, the C++ kernels for the small ops (kernels/ops.py; None: the torch references)."""
 
     backend: str
+    cpu: ModuleType | None
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
                softcap: float = 0.0) -> torch.Tensor:
@@ -89,8 +92,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, backend: str):
-        return ops.rms_norm(x, self.weight, self.eps, residual, backend=backend)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, kv: KVContext):
+        return ops.rms_norm(x, self.weight, self.eps, residual, backend=kv.backend, cpu=kv.cpu)
 
 
 class Attention(nn.Module):
@@ -104,7 +107,6 @@ class Attention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         kind = cfg.layer_types[layer_idx]
         self.rope_table = None if kind == NO_ROPE_ATTENTION else kind  # which of the model's RoPE tables
-        self.rotary_dim = cfg.rotary_dim
         self.window = cfg.window_of(layer_idx)
         self.softcap = cfg.attn_logit_softcapping or 0.0
         # q, k and v projections fused into one matmul (rows: q, then k, then v)
@@ -112,13 +114,6 @@ class Attention(nn.Module):
         self.o_proj = Linear(self.q_size, cfg.hidden_size, False, weight_dtype)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
-
-    def rope(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin: torch.Tensor, backend: str):
-        if self.rotary_dim == self.head_dim:
-            return ops.rope(q, k, positions, cos_sin, backend=backend)
-        r = self.rotary_dim  # partial rotary: the first r dims turn, the rest pass through
-        q_rot, k_rot = ops.rope(q[..., :r], k[..., :r], positions, cos_sin, backend=backend)
-        return torch.cat([q_rot, q[..., r:]], dim=-1), torch.cat([k_rot, k[..., r:]], dim=-1)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, rope_tables: dict[str, torch.Tensor],
                 kv: KVContext) -> torch.Tensor:
@@ -129,9 +124,9 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q, None, kv.backend), self.k_norm(k, None, kv.backend)
-        if self.rope_table is not None:
-            q, k = self.rope(q, k, positions, rope_tables[self.rope_table], kv.backend)
+            q, k = self.q_norm(q, None, kv), self.k_norm(k, None, kv)
+        if self.rope_table is not None:  # a table of rotary_dim columns: partial rotary turns only those dims
+            q, k = ops.rope(q, k, positions, rope_tables[self.rope_table], backend=kv.backend, cpu=kv.cpu)
         out = kv.attend(self.layer_idx, q, k, v, self.window, self.softcap)  # [num_tokens, num_heads, head_dim]
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
@@ -145,11 +140,15 @@ class MLP(nn.Module):
         if cfg.hidden_act not in ACTIVATIONS:
             raise ValueError(f"MLP activation {cfg.hidden_act!r} is not supported ({', '.join(ACTIVATIONS)})")
         self.act = ACTIVATIONS[cfg.hidden_act]
+        self.swiglu = cfg.hidden_act == "silu"
         self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, weight_dtype)  # gate, up
         self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, weight_dtype)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+    def forward(self, x: torch.Tensor, cpu: ModuleType | None = None) -> torch.Tensor:
+        gate_up = self.gate_up_proj(x)
+        if self.swiglu:
+            return self.down_proj(ops.silu_and_mul(gate_up, cpu))
+        gate, up = gate_up.split(self.intermediate_size, dim=-1)
         return self.down_proj(self.act(gate) * up)
 
 
@@ -173,16 +172,16 @@ class DecoderLayer(nn.Module):
         """(block output, residual stream before it); the next norm adds the two (fused)."""
         if residual is None:
             residual = x
-            h = self.input_layernorm(x, None, kv.backend)
+            h = self.input_layernorm(x, None, kv)
         else:
-            h, residual = self.input_layernorm(x, residual, kv.backend)
+            h, residual = self.input_layernorm(x, residual, kv)
         h = self.self_attn(h, positions, rope_tables, kv)
         if not self.sandwich:
-            h, residual = self.post_attention_layernorm(h, residual, kv.backend)
-            return self.mlp(h), residual
-        h = self.post_attention_layernorm(h, None, kv.backend)
-        h, residual = self.pre_feedforward_layernorm(h, residual, kv.backend)
-        return self.post_feedforward_layernorm(self.mlp(h), None, kv.backend), residual
+            h, residual = self.post_attention_layernorm(h, residual, kv)
+            return self.mlp(h, kv.cpu), residual
+        h = self.post_attention_layernorm(h, None, kv)
+        h, residual = self.pre_feedforward_layernorm(h, residual, kv)
+        return self.post_feedforward_layernorm(self.mlp(h, kv.cpu), None, kv), residual
 
 
 class Transformer(nn.Module):
@@ -209,6 +208,7 @@ class Transformer(nn.Module):
                 module.bias.data = module.bias.data.to(dtype)
         self.tied_head_packed: torch.Tensor | None = None
         self.rope_tables: dict[str, torch.Tensor] = {}  # set by build_model: per layer type, fp32 cos|sin
+        self.cpu_kernels: ModuleType | None = None  # the C++ kernels of kernels/csrc/ (set by the loader on CPU)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVContext) -> torch.Tensor:
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden]
@@ -217,7 +217,7 @@ class Transformer(nn.Module):
         residual = None
         for layer in self.layers:
             x, residual = layer(x, residual, positions, self.rope_tables, kv)
-        x, _ = self.norm(x, residual, kv.backend)
+        x, _ = self.norm(x, residual, kv)
         return x
 
     @property

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "decode_ops.h"
 #include "quant_blocks.h"
 #include "quant_kquants_avx512.h"
 #include "quant_tiles_avx512.h"
@@ -245,4 +246,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("w"), pybind11::arg("qtype"), pybind11::arg("n_out"), pybind11::arg("k"),
         pybind11::arg("row_ids") = pybind11::none(), pybind11::arg("out") = pybind11::none());
   m.def("simd", &llmchat_quant::simd, "the instruction set this build uses");
+  // the small ops of a decode step (decode_ops.cpp)
+  m.def("rms_norm", &llmchat_decode::rms_norm);
+  m.def("add_rms_norm", &llmchat_decode::add_rms_norm);
+  m.def("rope_", &llmchat_decode::rope_);
+  m.def("silu_and_mul", &llmchat_decode::silu_and_mul);
+  m.def("store_kv", &llmchat_decode::store_kv);
+  m.def("paged_decode_attention", &llmchat_decode::paged_decode_attention);
+  llmchat_decode::bind_decode_stack(m);
 }
