@@ -180,3 +180,30 @@ def test_a_chat_warmed_on_focus_fills_in_block_by_block(tiny_model, tmp_path):
     assert threading.get_ident() not in gate.threads
     assert engine.prefix_tiers()["chat"].num_resident == target // 16
     assert not engine.window.prefill_steps, "read back, not computed"
+
+
+def test_a_chat_opened_while_another_streams_is_read_back_meanwhile(tiny_model, tmp_path):
+    ids = chat(tiny_model)
+    first, _ = populated(tiny_model, tmp_path, ids)
+    said = ids + list(first.output_ids)
+    engine = new_engine(tiny_model, tmp_path)
+    engine.adopt_chain("chat", said)
+    other_prompt = chat_prompt(tiny_model, [{"role": "user", "content": "Another chat, nothing on disk."}])
+    other = engine.add_request(other_prompt, SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))
+    engine.step()
+    probe = GatedRead(engine.kv_disk.store, num_allowed=1_000)
+    with mock.patch.object(engine.kv_disk.store, "read", probe):
+        target = engine.warm("chat", said)  # the user selects the chat while the other one streams
+        num_steps = 0
+        while engine.prefix_tiers()["chat"].num_resident < target // 16:
+            events = engine.step()
+            num_steps += 1
+            assert [e for e in events_of(engine, other, events) if isinstance(e, TextDelta)], "it keeps streaming"
+            assert num_steps < 25, "the reads did not finish while the other chat streamed"
+    assert threading.get_ident() not in probe.threads and len(probe.keys) == target // 16
+    assert engine.scheduler.running, "read back before the other reply ended"
+    while engine.has_work:
+        engine.step()
+    assert engine.prefix_tiers()["chat"].num_resident == target // 16
+    engine.block_manager.check_invariants()
+    assert engine.block_manager.num_used_blocks == 0

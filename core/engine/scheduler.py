@@ -78,8 +78,8 @@ class Scheduler:
         self.waiting.append(seq)
         if (tier := self._tier_for(seq)) is not None:
             tier.prefetch.copy_arrived()  # what a chat warmed on focus has read so far is resident...
-            self.warming.drop_reads()  # ... and its reads let go: a submitted turn goes first
-            self._start_reads(tier, seq)
+            self.warming.drop_reads(set(seq.block_hashes[len(self.block_manager.lookup(seq)):]))  # ... and the
+            self._start_reads(tier, seq)  # reads of the blocks this turn would read too let go: it reads them first
 
     @property
     def has_work(self) -> bool:
@@ -95,6 +95,7 @@ class Scheduler:
         preempted = False
         if self.lower_tier is not None:
             self.lower_tier.prefetch.copy_arrived()  # the disk payloads read since the last step
+            self.warming.start_reads()  # a chat just opened: its reads start now, whatever else runs
         if self.waiting or self.running:
             self.warming.pause_all()  # requests first: a paused draft holds no block (its full ones stay cached)
 

@@ -14,9 +14,10 @@ chat's old one, whose computed blocks the new one reuses where the text before t
 
 Warm on focus (item 2) is the same with the chat's own ids: selecting a reopened chat warms what it already
 said. The blocks the disk tier holds are read and verified on its loader thread (core/kvdisk/prefetch.py,
-never inside an engine step) and copied into the cache between steps as they arrive; what the disk does not
-hold is computed in idle steps once the reads stop. A submitted turn lets the warm reads go (what arrived
-stays cached); the draft reads the rest again in a later idle step.
+never inside an engine step), at once, even while other chats stream (`start_reads`), and copied into the
+cache between steps as they arrive; what the disk does not hold is computed in idle steps once the reads
+stop. A submitted turn that would read the same blocks lets the draft's reads go (what arrived stays
+cached); the draft reads the rest again in a later idle step.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Warming:
         self.block_manager = block_manager
         self.lower_tier = lower_tier  # the disk tier now (None: none), with its reads ahead (`prefetch`)
         self.by_tag: OrderedDict[Hashable, tuple[Sequence, int]] = OrderedDict()  # tag -> (sequence, target)
+        self._reads_tried: set[Sequence] = set()  # drafts whose disk reads start_reads already started (or found none)
 
     def start(self, tag: Hashable, prompt_ids: list[int]) -> int:
         """Warm `prompt_ids` for conversation `tag` (replacing its previous draft); the tokens it will have
@@ -59,11 +61,24 @@ class Warming:
         for tag in list(self.by_tag):
             self.cancel(tag)
 
-    def drop_reads(self) -> None:
-        """Let every draft's disk reads go (what they copied in stays cached); each reads the rest later."""
+    def start_reads(self) -> None:
+        """Between any steps: a new draft's blocks on disk are read in the background (the loader thread), once;
+        the draft's compute still waits for an idle step."""
+        tier = self.lower_tier() if self.block_manager.enable_prefix_caching else None
+        for seq, target in self.by_tag.values() if tier is not None else ():
+            if seq in self._reads_tried or seq.status is not SequenceStatus.WAITING or tier.prefetch.pending(seq):
+                continue
+            self._reads_tried.add(seq)
+            cached = self.block_manager.lookup(seq)
+            if num_on_disk := tier.match(seq, len(cached), target // self.block_manager.block_size):
+                tier.prefetch.start(seq, cached, num_on_disk)
+
+    def drop_reads(self, hashes: set[bytes]) -> None:
+        """Let go of the drafts' disk reads that include one of these blocks (a submitted turn reads them itself,
+        first); what they copied in stays cached, each draft reads the rest in a later idle step."""
         tier = self.lower_tier()
-        for seq, _ in self.by_tag.values():
-            if tier is not None:
+        for seq, _ in self.by_tag.values() if tier is not None else ():
+            if tier.prefetch.reads_any(seq, hashes):
                 tier.prefetch.drop(seq)
 
     def pause_all(self) -> None:
@@ -110,6 +125,7 @@ class Warming:
                 self.cancel(tag)
 
     def _release(self, seq: Sequence) -> None:
+        self._reads_tried.discard(seq)
         if (tier := self.lower_tier()) is not None:
             tier.prefetch.drop(seq)
         if seq.block_table:

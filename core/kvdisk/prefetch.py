@@ -86,6 +86,11 @@ class DiskPrefetch:
         """seq's finished reads (kept until `forget`); None while they are in flight or when it had none."""
         return self._done.get(seq)
 
+    def reads_any(self, seq: Sequence, hashes: set[bytes]) -> bool:
+        """Whether seq's reads in flight include one of these blocks."""
+        flight = self._in_flight.get(seq)
+        return flight is not None and any(k.block_hash in hashes for k in flight.job.keys)
+
     def forget(self, seq: Sequence) -> None:
         self._done.pop(seq, None)
 
