@@ -4,7 +4,9 @@ a bad entry is computed, a cancelled turn's reads are dropped, and a chat warmed
 block. Real engine, real tier; only the store's read is wrapped (a gate, a thread probe, a damage)."""
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from unittest import mock
 
 import torch
@@ -207,3 +209,14 @@ def test_a_chat_opened_while_another_streams_is_read_back_meanwhile(tiny_model, 
     assert engine.prefix_tiers()["chat"].num_resident == target // 16
     engine.block_manager.check_invariants()
     assert engine.block_manager.num_used_blocks == 0
+
+
+def test_an_engine_let_go_without_close_frees_its_kv_cache(tiny_model, tmp_path):
+    """The loader thread outlives an engine nobody closed (as the writer thread does): it must not keep the
+    engine's KV cache alive."""
+    engine = new_engine(tiny_model, tmp_path)
+    run(engine, chat(tiny_model))
+    cache = weakref.ref(engine.kv_cache)
+    del engine
+    gc.collect()
+    assert cache() is None

@@ -35,14 +35,38 @@ SLOW_PAUSE_S = 60.0  # ... so the tier is not read again for this long (lookups 
 DEFAULT_KV_DISK_BYTES = int(DEFAULT_KV_DISK_GB * 1e9)  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)
 
 
+class SlowReads:
+    """A slow read pauses the tier's reads (lookups miss) for SLOW_PAUSE_S, with one notice per process. Told by
+    the loader thread; kept apart from the tier so that thread holds no reference to the KV cache."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.paused_until = 0.0  # time.monotonic()
+        self.notice: str | None = None  # the first slow read
+
+    @staticmethod
+    def is_slow(seconds: float) -> bool:
+        return seconds > SLOW_READ_S
+
+    @property
+    def paused(self) -> bool:
+        return time.monotonic() < self.paused_until
+
+    def was_slow(self, seconds: float) -> None:
+        self.paused_until = time.monotonic() + SLOW_PAUSE_S
+        if self.notice is None:
+            self.notice = f"a disk KV read took {seconds:.1f} s"
+            log.warning("the disk tier at %s is slow (%s): prompts are computed instead of read for the next "
+                        "%.0f s", self.root, self.notice, SLOW_PAUSE_S)
+
+
 class KVDiskTier:
     def __init__(self, store: KVDiskStore, kv_cache: PagedKVCache, block_manager: BlockManager):
         self.store = store
         self.kv_cache = kv_cache
         self.block_manager = block_manager
-        self._reads_paused_until = 0.0  # time.monotonic(); set by a slow read
-        self.slow_notice: str | None = None  # the first slow read (one notice per process)
-        loader = EntryLoader(store, lambda seconds: seconds > SLOW_READ_S, self._read_was_slow)
+        self.slow_reads = SlowReads(store.root)
+        loader = EntryLoader(store, SlowReads.is_slow, self.slow_reads.was_slow)
         self.prefetch = DiskPrefetch(loader, kv_cache, block_manager)
 
     @classmethod
@@ -61,20 +85,13 @@ class KVDiskTier:
     def match(self, seq: Sequence, start_block: int, max_blocks: int) -> int:
         """How many blocks from start_block on (below max_blocks) have an entry; seq.block_hashes must be current."""
         n = 0
-        if time.monotonic() < self._reads_paused_until:
+        if self.slow_reads.paused:
             return 0
         for i in range(start_block, max_blocks):
             if not self.store.contains(seq.block_hashes[i], probe_disk=True):
                 break
             n += 1
         return n
-
-    def _read_was_slow(self, seconds: float) -> None:  # (on the loader thread)
-        self._reads_paused_until = time.monotonic() + SLOW_PAUSE_S
-        if self.slow_notice is None:
-            self.slow_notice = f"a disk KV read took {seconds:.1f} s"
-            log.warning("the disk tier at %s is slow (%s): prompts are computed instead of read for the next "
-                        "%.0f s", self.store.root, self.slow_notice, SLOW_PAUSE_S)
 
     # -- the engine's side ------------------------------------------------------------------
     def save(self, block_ids: Seq[int]) -> None:
