@@ -177,6 +177,8 @@ class LLMEngine:
             self.window.add_lookup(num_prompt, num_cached, num_disk)
         self.scheduler.lookups.clear()
         if not batch.seqs:
+            if self.kv_disk is not None and self.kv_disk.prefetch.has_pending:
+                self.kv_disk.prefetch.wait()  # only disk reads in flight: sleep until one arrives, not spin
             return events
         start = now()
         for seq in batch.seqs:

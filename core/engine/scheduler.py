@@ -4,13 +4,17 @@ There is no prefill phase or decode phase: every sequence has num_computed_token
 num_tokens within a per-step token budget (vLLM v1's idea). Running sequences go first, so decodes
 are never starved by a long prompt; a long prompt is prefilled in chunks over several steps. When KV
 blocks run out, the newest running sequence is preempted (its blocks freed, recomputed later).
+
+A request whose prompt has blocks in the disk tier waits while they are read on the loader thread
+(core/kvdisk/prefetch.py, started when it is added); the sequences behind it and the running ones go on,
+and the step never waits for the disk. Once its reads stop, its lookup finds them resident.
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from .block_manager import BlockManager
 from .sequence import FinishReason, Sequence, SequenceStatus
@@ -32,12 +36,27 @@ class ScheduledBatch:
         return all(n == 1 for n in self.num_new_tokens)
 
 
+class ReadsAhead(Protocol):
+    """A lower tier's reads off the engine step (core/kvdisk/prefetch.py DiskPrefetch)."""
+
+    has_pending: bool
+
+    def start(self, seq: Sequence, cached_ids: Seq[int], num_blocks: int) -> None: ...
+    def pending(self, seq: Sequence) -> bool: ...
+    def result(self, seq: Sequence) -> Any: ...  # DiskReads | None
+    def forget(self, seq: Sequence) -> None: ...
+    def drop(self, seq: Sequence) -> None: ...
+    def copy_arrived(self) -> None: ...
+    def release_newest(self) -> bool: ...
+
+
 class PrefixTier(Protocol):
-    """A lower tier of the prefix cache (the disk tier, core/kvdisk/tier.py), looked up after resident blocks."""
+    """A lower tier of the prefix cache (the disk tier, core/kvdisk/tier.py), looked up after resident blocks:
+    `match` finds its entries (no I/O), `prefetch` reads them on its own thread."""
+
+    prefetch: ReadsAhead
 
     def match(self, seq: Sequence, start_block: int, max_blocks: int) -> int: ...
-
-    def load(self, seq: Sequence, start_block: int, block_ids: Seq[int]) -> int: ...
 
 
 class Scheduler:
@@ -52,11 +71,15 @@ class Scheduler:
         # (prompt tokens, cached tokens, of them from the lower tier) of first admissions, drained by the engine
         self.lookups: list[tuple[int, int, int]] = []
         # drafts prefilled while the user types, and chats warmed on focus, in otherwise idle steps
-        self.warming = Warming(block_manager, lambda: self.lower_tier, self._load_from_lower_tier)
+        self.warming = Warming(block_manager, lambda: self.lower_tier)
 
     def add(self, seq: Sequence) -> None:
         seq.status = SequenceStatus.WAITING
         self.waiting.append(seq)
+        if (tier := self._tier_for(seq)) is not None:
+            tier.prefetch.copy_arrived()  # what a chat warmed on focus has read so far is resident...
+            self.warming.drop_reads(set(seq.block_hashes[len(self.block_manager.lookup(seq)):]))  # ... and the
+            self._start_reads(tier, seq)  # reads of the blocks this turn would read too let go: it reads them first
 
     @property
     def has_work(self) -> bool:
@@ -70,6 +93,9 @@ class Scheduler:
         num_new: list[int] = []
         dropped: list[Sequence] = []
         preempted = False
+        if self.lower_tier is not None:
+            self.lower_tier.prefetch.copy_arrived()  # the disk payloads read since the last step
+            self.warming.start_reads()  # a chat just opened: its reads start now, whatever else runs
         if self.waiting or self.running:
             self.warming.pause_all()  # requests first: a paused draft holds no block (its full ones stay cached)
 
@@ -80,6 +106,8 @@ class Scheduler:
             if seq.draft_ids and not bm.can_allocate(seq, n):  # drafted tokens never preempt anyone
                 n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             while not bm.allocate(seq, n):
+                if self.lower_tier is not None and self.lower_tier.prefetch.release_newest():
+                    continue  # reads in flight let go of their blocks before anyone running is preempted
                 victim = self.running.pop()
                 preempted = True
                 if victim is seq:  # nothing newer to preempt
@@ -96,27 +124,32 @@ class Scheduler:
                 budget -= n
                 i += 1
 
-        while self.waiting and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
-            seq = self.waiting[0]
+        i = 0
+        while i < len(self.waiting) and budget > 0 and not preempted and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[i]
+            tier = self._tier_for(seq)
+            reads = tier.prefetch.result(seq) if tier is not None else None
+            if tier is not None and (tier.prefetch.pending(seq) or reads is None and self._start_reads(tier, seq)):
+                i += 1  # its disk reads are in flight: the sequences behind it go on
+                continue
             cached = bm.lookup(seq)
-            num_loaded = 0
-            if self.lower_tier is not None and bm.enable_prefix_caching and seq.use_prefix_cache:
-                num_loaded = self.lower_tier.match(seq, len(cached), (seq.num_tokens - 1) // bm.block_size)
-            n = min(seq.num_tokens - (len(cached) + num_loaded) * bm.block_size, budget)
-            if not bm.allocate(seq, n, cached, num_loaded):
-                if not self.running and not seqs:  # an empty cache cannot hold it: refuse rather than wait forever
-                    self.waiting.popleft()
-                    self.finish(seq, FinishReason.LENGTH)
+            n = min(seq.num_tokens - len(cached) * bm.block_size, budget)
+            if not bm.allocate(seq, n, cached):
+                if not self.running and not seqs and not self._reads_pending():
+                    self.finish(seq, FinishReason.LENGTH)  # an empty cache cannot hold it: refuse, not wait forever
                     dropped.append(seq)
                     continue
                 break
-            if num_loaded:
-                self._load_from_lower_tier(seq, len(cached), num_loaded)
+            if reads is not None:
+                tier.prefetch.forget(seq)
+                if seq.num_cached_tokens < 0:
+                    seq.num_disk_tokens = reads.num_disk_tokens(len(cached), bm.block_size)
+                    seq.num_disk_failed_blocks = reads.num_blocks - reads.num_loaded
             if seq.num_cached_tokens < 0:
                 seq.num_cached_tokens = min(seq.num_computed_tokens, seq.num_prompt_tokens)
                 seq.num_disk_tokens = min(seq.num_disk_tokens, seq.num_cached_tokens)
                 self.lookups.append((seq.num_prompt_tokens, seq.num_cached_tokens, seq.num_disk_tokens))
-            self.waiting.popleft()
+            del self.waiting[i]
             seq.status = SequenceStatus.RUNNING
             self.running.append(seq)
             seqs.append(seq)
@@ -127,15 +160,21 @@ class Scheduler:
             num_new.append(chunk[1])
         return ScheduledBatch(seqs, num_new), dropped
 
-    def _load_from_lower_tier(self, seq: Sequence, start_block: int, num_blocks: int) -> None:
-        """Fill the blocks allocate() set aside; a load that stops early leaves the rest to be computed."""
-        bs = self.block_manager.block_size
-        loaded = self.lower_tier.load(seq, start_block, seq.block_table[start_block : start_block + num_blocks])
-        seq.num_computed_tokens = (start_block + loaded) * bs
-        if seq.num_cached_tokens < 0:
-            seq.num_disk_tokens = loaded * bs
-            seq.num_disk_failed_blocks = num_blocks - loaded
-        self.block_manager.cache_full_blocks(seq)  # shareable at once (the step's other admissions may hit them)
+    def _tier_for(self, seq: Sequence) -> PrefixTier | None:
+        usable = self.block_manager.enable_prefix_caching and seq.use_prefix_cache
+        return self.lower_tier if usable else None
+
+    def _start_reads(self, tier: PrefixTier, seq: Sequence) -> bool:
+        """Queue the reads of seq's next blocks on disk (after its resident ones); False when there are none."""
+        bm = self.block_manager
+        cached = bm.lookup(seq)
+        num_on_disk = tier.match(seq, len(cached), (seq.num_tokens - 1) // bm.block_size)
+        if num_on_disk:
+            tier.prefetch.start(seq, cached, num_on_disk)
+        return num_on_disk > 0
+
+    def _reads_pending(self) -> bool:
+        return self.lower_tier is not None and self.lower_tier.prefetch.has_pending
 
     def postprocess(self, batch: ScheduledBatch) -> list[int]:
         """After the forward: the scheduled tokens are computed; cache the blocks they filled. Returns the ids of
@@ -149,6 +188,8 @@ class Scheduler:
         return registered
 
     def finish(self, seq: Sequence, reason: FinishReason) -> None:
+        if self.lower_tier is not None:
+            self.lower_tier.prefetch.drop(seq)  # a cancelled request's pending reads are dropped
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:

@@ -13,9 +13,11 @@ reply streaming in another chat keeps its TPOT exactly; a submitted turn lets ev
 chat's old one, whose computed blocks the new one reuses where the text before the edit is unchanged.
 
 Warm on focus (item 2) is the same with the chat's own ids: selecting a reopened chat warms what it already
-said, and the blocks the disk tier holds are read back then, in an idle step, instead of inside its next turn's
-step. (The reads are the scheduler's synchronous ones: a request submitted meanwhile waits for at most one
-idle step's reads.)
+said. The blocks the disk tier holds are read and verified on its loader thread (core/kvdisk/prefetch.py,
+never inside an engine step), at once, even while other chats stream (`start_reads`), and copied into the
+cache between steps as they arrive; what the disk does not hold is computed in idle steps once the reads
+stop. A submitted turn that would read the same blocks lets the draft's reads go (what arrived stays
+cached); the draft reads the rest again in a later idle step.
 """
 from __future__ import annotations
 
@@ -29,11 +31,11 @@ from .sequence import WARM_REQUEST_ID, Sequence, SequenceStatus
 
 
 class Warming:
-    def __init__(self, block_manager: BlockManager, lower_tier: Callable[[], Any] = lambda: None,
-                 load: Callable[[Sequence, int, int], None] | None = None) -> None:
+    def __init__(self, block_manager: BlockManager, lower_tier: Callable[[], Any] = lambda: None) -> None:
         self.block_manager = block_manager
-        self.lower_tier, self.load = lower_tier, load  # the disk tier now (None: none), Scheduler's loader
+        self.lower_tier = lower_tier  # the disk tier now (None: none), with its reads ahead (`prefetch`)
         self.by_tag: OrderedDict[Hashable, tuple[Sequence, int]] = OrderedDict()  # tag -> (sequence, target)
+        self._reads_tried: set[Sequence] = set()  # drafts whose disk reads start_reads already started (or found none)
 
     def start(self, tag: Hashable, prompt_ids: list[int]) -> int:
         """Warm `prompt_ids` for conversation `tag` (replacing its previous draft); the tokens it will have
@@ -59,6 +61,26 @@ class Warming:
         for tag in list(self.by_tag):
             self.cancel(tag)
 
+    def start_reads(self) -> None:
+        """Between any steps: a new draft's blocks on disk are read in the background (the loader thread), once;
+        the draft's compute still waits for an idle step."""
+        tier = self.lower_tier() if self.block_manager.enable_prefix_caching else None
+        for seq, target in self.by_tag.values() if tier is not None else ():
+            if seq in self._reads_tried or seq.status is not SequenceStatus.WAITING or tier.prefetch.pending(seq):
+                continue
+            self._reads_tried.add(seq)
+            cached = self.block_manager.lookup(seq)
+            if num_on_disk := tier.match(seq, len(cached), target // self.block_manager.block_size):
+                tier.prefetch.start(seq, cached, num_on_disk)
+
+    def drop_reads(self, hashes: set[bytes]) -> None:
+        """Let go of the drafts' disk reads that include one of these blocks (a submitted turn reads them itself,
+        first); what they copied in stays cached, each draft reads the rest in a later idle step."""
+        tier = self.lower_tier()
+        for seq, _ in self.by_tag.values() if tier is not None else ():
+            if tier.prefetch.reads_any(seq, hashes):
+                tier.prefetch.drop(seq)
+
     def pause_all(self) -> None:
         """Let go of every draft's blocks (a request needs the room); each looks its prefix up again later."""
         for seq, _ in self.by_tag.values():
@@ -77,21 +99,22 @@ class Warming:
         bm, size = self.block_manager, self.block_manager.block_size
         while self.by_tag:
             tag, (seq, target) = next(iter(self.by_tag.items()))
-            cached, num_loaded = [], 0
+            cached, tier = [], self.lower_tier() if bm.enable_prefix_caching else None
             if seq.status is SequenceStatus.WAITING:
+                if tier is not None and tier.prefetch.pending(seq):
+                    return None  # its disk reads are in flight: copied in between steps as they arrive
                 cached = bm.lookup(seq)
-                tier = self.lower_tier()
-                if tier is not None and self.load is not None and bm.enable_prefix_caching:
-                    num_loaded = tier.match(seq, len(cached), target // size)
-            start = (len(cached) + num_loaded) * size if cached or num_loaded else seq.num_computed_tokens
+                if tier is not None and tier.prefetch.result(seq) is None:
+                    if num_on_disk := tier.match(seq, len(cached), target // size):
+                        tier.prefetch.start(seq, cached, num_on_disk)  # read on the loader thread
+                        return None
+                if tier is not None:
+                    tier.prefetch.forget(seq)
+            start = len(cached) * size if cached else seq.num_computed_tokens
             n = max(0, min(target - start, budget))
-            if (n > 0 or num_loaded) and bm.allocate(seq, n, cached, num_loaded):
+            if n > 0 and bm.allocate(seq, n, cached):
                 seq.status = SequenceStatus.RUNNING
-                if num_loaded:
-                    self.load(seq, len(cached), num_loaded)  # read back from disk, now that nothing waits
-                n = min(target - seq.num_computed_tokens, n)  # a load that stopped early leaves more to compute
-                if n > 0:
-                    return seq, n
+                return seq, n
             self.cancel(tag)  # all in memory now, or no room: nothing more to do for it
         return None
 
@@ -102,6 +125,9 @@ class Warming:
                 self.cancel(tag)
 
     def _release(self, seq: Sequence) -> None:
+        self._reads_tried.discard(seq)
+        if (tier := self.lower_tier()) is not None:
+            tier.prefetch.drop(seq)
         if seq.block_table:
             self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.FINISHED

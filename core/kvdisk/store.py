@@ -3,7 +3,8 @@
 - Writes run on a writer thread (the engine thread only copies the block out of the paged cache); each is
   atomic: a temp file named with the writer's pid, fsync of the data, then rename. Temp files of processes
   that no longer run (a kill -9 mid-write) are removed when a store opens.
-- Reads verify every entry (core/kvdisk/entry.py); a bad one is removed and counted, never used.
+- Reads (on the loader thread, core/kvdisk/loader.py) verify every entry (core/kvdisk/entry.py); a bad one is
+  removed and counted, never used.
 - A byte budget with LRU eviction by last use (the file's mtime, refreshed on every hit, so it survives
   restarts). A block shared by many chats has one chain hash, hence one file.
 - Counters (hits, corrupt, writes, evictions, dropped) are kept per process and added to `stats.json`
@@ -79,7 +80,8 @@ class KVDiskStore:
         return True
 
     def read(self, key: BlockKey) -> memoryview | None:
-        """The verified payload of the entry for key, or None (missing, or bad: then it is removed)."""
+        """The verified payload of the entry for key, or None (missing, or bad: then it is removed). Called on
+        the loader thread (core/kvdisk/loader.py): bytes and plain Python only, no torch."""
         path = entry_path(self.root, key.block_hash)
         try:
             with open(path, "rb") as f:
@@ -94,10 +96,12 @@ class KVDiskStore:
             payload = decode_entry(data, key, self.layout)
         except BadEntry as e:
             log.warning("disk KV entry %s is bad (%s): removed, the block is recomputed", path.name, e)
-            self.counters.num_corrupt += 1
+            with self._lock:
+                self.counters.num_corrupt += 1
             self._drop(key.block_hash, unlink=True)
             return None
-        self.counters.num_hits += 1
+        with self._lock:
+            self.counters.num_hits += 1
         self.touch(key.block_hash)
         return payload
 

@@ -2,8 +2,9 @@
 
 Lookup order: blocks resident in the paged cache first (core/engine/block_manager.py), then this tier, then
 compute. `match` says how many of a sequence's next full blocks have an entry (an index lookup, no I/O);
-the scheduler allocates blocks for them; `load` reads, verifies and copies each one into its block, and
-stops at the first that does not verify (the rest is computed, as any miss). `save` copies blocks that
+`prefetch` (core/kvdisk/prefetch.py) has them read and verified on the loader thread (core/kvdisk/loader.py)
+and copies each payload into a block between steps, stopping at the first that does not verify (the rest is
+computed, as any miss); the engine step never waits for the disk. `save` copies blocks that
 became full and hashed out of the paged cache (the only work on the engine thread) and queues them for the
 writer thread (core/kvdisk/store.py).
 """
@@ -15,11 +16,11 @@ import time
 from collections.abc import Sequence as Seq
 from pathlib import Path
 
-import torch
-
 from ..engine.block_manager import BlockManager
 from ..engine.kv_cache import PagedKVCache
 from .entry import BlockKey, BlockLayout
+from .loader import EntryLoader
+from .prefetch import DiskPrefetch
 from .folder import default_kv_disk_dir
 from ..api.metrics import DiskTierStats
 from ..config import DEFAULT_KV_DISK_GB
@@ -34,15 +35,39 @@ SLOW_PAUSE_S = 60.0  # ... so the tier is not read again for this long (lookups 
 DEFAULT_KV_DISK_BYTES = int(DEFAULT_KV_DISK_GB * 1e9)  # 4 GB: ~5,400 blocks of SmolLM2-135M in fp32 (~87k tokens)
 
 
+class SlowReads:
+    """A slow read pauses the tier's reads (lookups miss) for SLOW_PAUSE_S, with one notice per process. Told by
+    the loader thread; kept apart from the tier so that thread holds no reference to the KV cache."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.paused_until = 0.0  # time.monotonic()
+        self.notice: str | None = None  # the first slow read
+
+    @staticmethod
+    def is_slow(seconds: float) -> bool:
+        return seconds > SLOW_READ_S
+
+    @property
+    def paused(self) -> bool:
+        return time.monotonic() < self.paused_until
+
+    def was_slow(self, seconds: float) -> None:
+        self.paused_until = time.monotonic() + SLOW_PAUSE_S
+        if self.notice is None:
+            self.notice = f"a disk KV read took {seconds:.1f} s"
+            log.warning("the disk tier at %s is slow (%s): prompts are computed instead of read for the next "
+                        "%.0f s", self.root, self.notice, SLOW_PAUSE_S)
+
+
 class KVDiskTier:
     def __init__(self, store: KVDiskStore, kv_cache: PagedKVCache, block_manager: BlockManager):
         self.store = store
         self.kv_cache = kv_cache
         self.block_manager = block_manager
-        self.block_shape = kv_cache.block_shape
-        self.dtype = kv_cache.k[0].dtype
-        self._reads_paused_until = 0.0  # time.monotonic(); set by a slow read
-        self.slow_notice: str | None = None  # the first slow read (one notice per process)
+        self.slow_reads = SlowReads(store.root)
+        loader = EntryLoader(store, SlowReads.is_slow, self.slow_reads.was_slow)
+        self.prefetch = DiskPrefetch(loader, kv_cache, block_manager)
 
     @classmethod
     def open(cls, root: Path, budget_bytes: int, kv_cache: PagedKVCache, block_manager: BlockManager,
@@ -56,42 +81,17 @@ class KVDiskTier:
         layout = BlockLayout(block_manager.fingerprint, str(dtype).removeprefix("torch."), shape, nbytes)
         return cls(KVDiskStore(root, layout, budget_bytes), kv_cache, block_manager)
 
-    def _key(self, seq: Sequence, i: int) -> BlockKey:
-        bs = self.block_manager.block_size
-        parent = seq.block_hashes[i - 1] if i else None
-        return BlockKey(seq.block_hashes[i], parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
-
     # -- the scheduler's side ---------------------------------------------------------------
     def match(self, seq: Sequence, start_block: int, max_blocks: int) -> int:
         """How many blocks from start_block on (below max_blocks) have an entry; seq.block_hashes must be current."""
         n = 0
-        if time.monotonic() < self._reads_paused_until:
+        if self.slow_reads.paused:
             return 0
         for i in range(start_block, max_blocks):
             if not self.store.contains(seq.block_hashes[i], probe_disk=True):
                 break
             n += 1
         return n
-
-    def load(self, seq: Sequence, start_block: int, block_ids: Seq[int]) -> int:
-        """Copy the entries of blocks start_block.. into block_ids; how many verified (the rest is a miss)."""
-        for j, block_id in enumerate(block_ids):
-            start = time.monotonic()
-            payload = self.store.read(self._key(seq, start_block + j))
-            if payload is None:
-                return j
-            self.kv_cache.write_block(block_id, torch.frombuffer(payload, dtype=self.dtype).view(self.block_shape))
-            if time.monotonic() - start > SLOW_READ_S:  # a slow disk: the rest of this prompt is computed
-                self._read_was_slow(time.monotonic() - start)
-                return j + 1
-        return len(block_ids)
-
-    def _read_was_slow(self, seconds: float) -> None:
-        self._reads_paused_until = time.monotonic() + SLOW_PAUSE_S
-        if self.slow_notice is None:
-            self.slow_notice = f"a disk KV read took {seconds:.1f} s"
-            log.warning("the disk tier at %s is slow (%s): prompts are computed instead of read for the next "
-                        "%.0f s", self.store.root, self.slow_notice, SLOW_PAUSE_S)
 
     # -- the engine's side ------------------------------------------------------------------
     def save(self, block_ids: Seq[int]) -> None:
@@ -119,6 +119,7 @@ class KVDiskTier:
         return self.store.flush(timeout)
 
     def close(self) -> None:
+        self.prefetch.close()
         self.store.close()
 
 
