@@ -28,6 +28,7 @@ from .actions.registry import app_bindings
 from .actions.model_switch import remember_model
 from .actions.cost_preview import CostPreviewView
 from .actions.turn_views import TurnViews
+from .actions.chat_summary import apply_summary_events
 from .messages import (
     EngineEventsPending, EngineFailed, EngineProgress, EngineReady, PrefixTiersReported, ResidentBlocks)
 from .screens.chat import ChatScreen
@@ -89,6 +90,7 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, StoreWrites, 
         self.exiting = False  # exit() was called (Ctrl+Q, or a test's run_test ending)
         self.resident: dict[int, tuple[int, ...]] = {}  # chat id -> KV blocks holding its cached prefix
         self.cache_checks: dict = {}  # chat id -> its last CacheCheck (Verify cache)
+        self.summary_run = None  # the full chat's summary being written (tui/actions/chat_summary.py)
         self.pinned_chats: set[int] = set()  # chats whose KV blocks are pinned (tui/actions/pin_chat.py)
         self.prefix_tiers: dict = {}  # chat id -> metrics.PrefixTiers (resident / disk only), where the backend tells
         self._resident_asked = 0.0
@@ -157,8 +159,10 @@ class LlmChatApp(CostPreviewView, TurnViews, ChatOps, ChatActions, StoreWrites, 
             if self.ui_alive:
                 raise
 
-    def on_engine_events_pending(self, msg: EngineEventsPending) -> None:
-        self.turns.apply(self.bridge.drain())
+    async def on_engine_events_pending(self, msg: EngineEventsPending) -> None:
+        items = self.bridge.drain()
+        self.turns.apply(items)  # (it skips the summary's events: no turn has its handle)
+        await apply_summary_events(self, items)
 
     async def stream_frame(self) -> None:
         """Show the current chat's newly streamed text: one Markdown append per frame, not per token, and

@@ -1,15 +1,15 @@
 """One conversation: its messages with the exact token ids each contributed, its settings, its rules.
 
-The store maps rows to these records and back and holds no rules; the UI renders them and keeps no
-copy of their state. A conversation keeps every token id it fed the model and got back
-(`token_ids`), and each message the span `[start, end)` of those ids it added: a user message spans
-the template text its turn added (role header, the text, the generation prompt), a reply spans its
-generated ids. So a later edit, regenerate or fork at any message knows the prefix that stays valid.
+The store maps rows to these records and back and holds no rules; the UI renders them and keeps no copy of their
+state. A conversation keeps every token id it fed the model and got back (`token_ids`), and each message the span
+`[start, end)` of those ids it added: a user message spans the template text its turn added (role header, the
+text, the generation prompt), a reply spans its generated ids. So a later edit, regenerate or fork at any message
+knows the prefix that stays valid.
 
-A conversation change persists itself: a conversation loaded from a store (ChatStore.load_chat) holds it,
-and each operation below changes memory and makes one store call, so memory and disk cannot drift. A
-conversation made here (bench, serve, tests) holds none, and the same operations only change memory. When
-the store call raises, start_turn and start_reply undo their change; the others keep it in memory.
+A conversation change persists itself: a conversation loaded from a store (ChatStore.load_chat) holds it, and each
+operation below changes memory and makes one store call, so memory and disk cannot drift. A conversation made here
+(bench, serve, tests) holds none, and the same operations only change memory. When the store call raises,
+start_turn and start_reply undo their change; the others keep it in memory.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ from ..api.explanation import CacheExplanation
 from ..api.metrics import RequestMetrics
 from ..api.params import DEFAULT_SAMPLING, SamplingParams
 from ..api.protocol import ChatPrompt
+from .origin import ChatOrigin
 
 DEFAULT_TITLE = "New chat"
 TITLE_MAX_CHARS = 48
 
-# Message status: done (finished normally), streaming (being written; becomes interrupted at the next
-# open if the app died), stopped (the user pressed Esc or closed the app), error (cut short by the engine).
+# Message status: done (finished normally), streaming (being written; becomes interrupted at the next open if the
+# app died), stopped (the user pressed Esc or closed the app), error (cut short by the engine).
 STATUSES = ("done", "streaming", "stopped", "interrupted", "error")
 STATUS_OF_REASON = {"stop": "done", "length": "done", "abort": "stopped", "error": "error"}
 
@@ -60,8 +61,8 @@ class ChatSettings:
                               top_k=self.top_k, seed=self.seed, stop=self.stop)
 
     def check(self) -> None:
-        """ValueError (one line, with the remedy) unless a turn can use every value and a row can hold it: NaN,
-        infinities, max tokens past any context (10**30 would not even fit SQLite's INTEGER)."""
+        """ValueError (one line, with the remedy) unless a turn can use every value and a row can hold it (no NaN,
+        infinity or max tokens past any context: 10**30 would not even fit SQLite's INTEGER)."""
         if not (self.system_prompt is None or isinstance(self.system_prompt, str)):
             raise ValueError(f"the system prompt must be text, got {self.system_prompt!r}")
         self.sampling_params()  # (SamplingParams checks each of its fields)
@@ -81,8 +82,7 @@ class Message:
     message_id: int | None = None
     token_span: tuple[int, int] | None = None  # [start, end) in Conversation.token_ids; None: not known
     explanation: CacheExplanation | None = None  # a reply's prefix reuse, as the engine explained it (not stored)
-    # character ranges [start, end) of a reply streamed in this run whose tokens were drafted and kept
-    # (speculative decoding); not stored
+    # character ranges [start, end) of a reply streamed in this run whose tokens were drafted and kept (not stored)
     draft_spans: list[tuple[int, int]] = field(default_factory=list)
     # a reply streamed in this run (not stored): it began inside `<think>` (its prompt opened it), and how many
     # of its tokens were reasoning (None: not known, e.g. a reply loaded from the store)
@@ -102,6 +102,7 @@ class ChatWriter(Protocol):
     def save_title(self, conversation: "Conversation") -> None: ...
     def update_settings(self, chat_id: int, settings: ChatSettings) -> None: ...
     def add_chat(self, conversation: "Conversation") -> "Conversation": ...
+    def save_origin(self, conversation: "Conversation") -> None: ...
 
 
 @dataclass(slots=True)
@@ -116,6 +117,7 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     model_id: str | None = None  # the model its token_ids are of (BackendInfo.model_id); None: not known yet
     store: ChatWriter | None = field(default=None, repr=False, compare=False)  # None: kept in memory only
+    origin: ChatOrigin | None = None  # how it continued a full chat (core/chats/origin.py); None: began on its own
 
     # -- the title rule ---------------------------------------------------------------------
     def retitle(self) -> None:
@@ -203,16 +205,18 @@ class Conversation:
             self.store.truncate(self, removed)
         return removed
 
-    def branch(self, upto: Message | None, title: str | None = None) -> "Conversation":
+    def branch(self, upto: Message | None, title: str | None = None, origin: ChatOrigin | None = None,
+               ) -> "Conversation":
         """A copy of this chat up to and including `upto` (None: no messages yet, titled by its first one), with
         the exact ids up to its end: a fork, stored as a new chat when this one is stored (the stored copy is
-        returned)."""
+        returned); `origin`: why it was made (a full chat's choice)."""
         i = self.messages.index(upto) if upto is not None else -1
         messages = [Message(m.role, m.content, m.status, m.finish_reason, m.error, m.metrics, m.created_at, None,
                             m.token_span) for m in self.messages[: i + 1]]
         end = upto.token_span[1] if upto is not None and upto.token_span is not None else 0
         fork = Conversation(0, title or f"{self.title} (fork)", upto is None, settings=replace(self.settings),
-                            token_ids=self.token_ids[:end], messages=messages, model_id=self.model_id)
+                            token_ids=self.token_ids[:end], messages=messages, model_id=self.model_id,
+                            origin=origin)
         return self.store.add_chat(fork) if self.store is not None else fork
 
     def adopt_model(self, model_id: str) -> None:
@@ -264,6 +268,15 @@ class Conversation:
         reply.status, reply.finish_reason, reply.error, reply.metrics = status, finish_reason, error, metrics
         if self.store is not None:
             self.store.finish_turn(self, reply)
+
+    def record_first_turn(self, reply: Message) -> None:
+        """A chat that continued a full one: its first reply's metrics are the measured cost of that choice (once)."""
+        o = self.origin
+        first = self.messages[o.num_start_messages + 1:o.num_start_messages + 2] if o is not None else []
+        if first and first[0] is reply and o.first_turn is None and reply.metrics is not None:
+            self.origin = replace(o, first_turn=reply.metrics)
+            if self.store is not None:
+                self.store.save_origin(self)
 
     # -- what the model is sent -------------------------------------------------------------
     def template_messages(self, upto: Message | None = None) -> list[dict]:

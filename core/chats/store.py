@@ -1,15 +1,13 @@
 """Chats on disk: SQLite (stdlib sqlite3, WAL) under the user data dir; rows <-> dataclasses through core/chats/rows.py.
 
-One file, `chats.sqlite3`, holds every chat: its settings, its messages with per-turn metrics, and the
-exact token ids the model saw and produced (so a restarted app continues with the same ids and the
-prefix cache reuses them), and each message the span of those ids it contributed. The rules (titles,
-turn state) live in core/chats/conversation.py; this file only maps rows to those records and back. Every
-change is one transaction. One app owns a data dir at a time: a
-second one gets DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock). Message text is
-searchable across chats (core/chats/search.py: an FTS5 index kept in step by triggers, built on open).
-A file SQLite cannot read is ChatsFileDamaged, one chat that cannot be read back DamagedChat
-(core/chats/corruption.py); settings no turn can use are refused (ValueError) before any SQL.
-"""
+One file, `chats.sqlite3`, holds every chat: its settings, its messages with per-turn metrics, the exact token ids
+the model saw and produced (a restarted app continues with the same ids, which the prefix cache reuses), and each
+message's span of them. The rules (titles, turn state) live in core/chats/conversation.py; this file maps rows to
+those records and back, each change one transaction. One app owns a data dir at a time: a second one gets
+DataDirInUse (read-only access, e.g. `llmchat export`, needs no lock). Message text is searchable across chats
+(core/chats/search.py: an FTS5 index kept in step by triggers, built on open). A file SQLite cannot read is
+ChatsFileDamaged, one chat that cannot be read back DamagedChat (core/chats/corruption.py); settings no turn can
+use are refused (ValueError) before any SQL."""
 from __future__ import annotations
 
 import os
@@ -20,13 +18,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import schema
+from . import extras as store_extras, origin as chat_origin, schema, search as chat_search
 from .corruption import ChatsFileDamaged, DamagedChat, check_header, damage_of  # noqa: F401 (callers import them here)
 from .dirlock import DataDirInUse, lock_data_dir
 from .private import make_private_dir, make_private_file
-from . import search as chat_search
 from .conversation import DEFAULT_TITLE, STATUSES, ChatSettings, Conversation, Message
-from . import extras as store_extras
 from .rows import ids_to_blob, metrics_to_json, read_chat, span_columns
 from .data_dir import DB_NAME, ChatSummary, default_data_dir  # noqa: F401 (callers import them from here)
 
@@ -70,6 +66,7 @@ class ChatStore:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
             store_extras.ensure_table(self._db)  # (beside the versioned schema: see core/chats/extras.py)
+            chat_origin.ensure_table(self._db)  # (the same way: core/chats/origin.py)
             self._recover_interrupted()
             with self._tx() as db:
                 self.search_uses_fts = chat_search.ensure_index(db)  # False: a LIKE scan (no FTS5 here)
@@ -170,6 +167,7 @@ class ChatStore:
             ).fetchall()
             conversation = read_chat(row, rows)  # DamagedChat: this one chat cannot be read back
             conversation.model_id = store_extras.load(self._db, chat_id, conversation.settings)
+            conversation.origin = chat_origin.load(self._db, chat_id)
         conversation.store = self  # its changes persist themselves from now on
         return conversation
 
@@ -210,17 +208,15 @@ class ChatStore:
     def delete_messages(self, conversation: Conversation, *messages: Message) -> None:
         """Remove messages (a turn the engine refused) and save the chat's title as it is now."""
         with self._tx() as db:
-            for m in messages:
-                if m.message_id is not None:
-                    db.execute("DELETE FROM messages WHERE message_id = ?", (m.message_id,))
+            db.executemany("DELETE FROM messages WHERE message_id = ?", [(m.message_id,) for m in messages
+                                                                          if m.message_id is not None])
             self._save_header(db, conversation)
 
     def truncate(self, conversation: Conversation, removed: list[Message]) -> None:
         """A chat cut short (edit, undo, regenerate): its removed messages, ids and title, in one transaction."""
         with self._tx() as db:
-            for m in removed:
-                if m.message_id is not None:
-                    db.execute("DELETE FROM messages WHERE message_id = ?", (m.message_id,))
+            db.executemany("DELETE FROM messages WHERE message_id = ?", [(m.message_id,) for m in removed
+                                                                          if m.message_id is not None])
             db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
                        (ids_to_blob(conversation.token_ids), conversation.chat_id))
             self._save_header(db, conversation)
@@ -246,6 +242,7 @@ class ChatStore:
         ).lastrowid
         store_extras.save_settings(db, chat_id, s)
         store_extras.save_model(db, chat_id, c.model_id)
+        chat_origin.save(db, chat_id, c.origin)
         return chat_id
 
     @staticmethod
@@ -289,6 +286,11 @@ class ChatStore:
             )
             db.execute("UPDATE chats SET token_ids = ? WHERE chat_id = ?",
                        (ids_to_blob(conversation.token_ids), conversation.chat_id))
+
+    def save_origin(self, conversation: Conversation) -> None:
+        """How the chat began (core/chats/origin.py), its first turn's metrics once they are known."""
+        with self._tx() as db:
+            chat_origin.save(db, conversation.chat_id, conversation.origin)
 
     @staticmethod
     def _save_header(db: sqlite3.Connection, c: Conversation) -> None:

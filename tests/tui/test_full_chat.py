@@ -2,7 +2,7 @@
 drop the oldest turns into a new chat, or fork from an earlier message; the full chat is never changed."""
 from __future__ import annotations
 
-from tui_helpers import SIZE, one_turn, press, screen_text, wait_for
+from tui_helpers import SIZE, capture, one_turn, press, screen_text, wait_for
 
 from llmchat.core.chats.conversation import ChatSettings, Conversation, Message
 from llmchat.tui.screens.full_chat_choice import FullChatChoiceScreen
@@ -42,7 +42,8 @@ async def test_a_message_past_the_context_offers_the_choice_and_trim_keeps_the_c
         await wait_for(pilot, lambda: isinstance(app.screen, FullChatChoiceScreen)
                        and "Drop the oldest 1 turns" in screen_text(app), timeout=30)
         assert "tokens · ~" in screen_text(app) and "Fork after message #2" in screen_text(app)
-        await pilot.click("#choice-0")
+        capture(app, "full-chat-choice")
+        await pilot.click("#choice-trim")
         await wait_for(pilot, lambda: app.current is not full, timeout=30)
         trimmed = app.current
         assert "turns dropped" in trimmed.conversation.title

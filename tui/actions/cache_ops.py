@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 
 from ...core.chats.conversation import Message
+from ...core.chats.origin import ChatOrigin
 from ..session import ChatSession
 from .mixin import AppMixin
 
@@ -134,10 +135,12 @@ class ChatOps(AppMixin):
             self.chat_screen.prompt.set_message(message.content)
         self.notify(f"Forked into chat #{fork.chat_id}", timeout=3)
 
-    async def add_fork(self, session: ChatSession, upto: Message | None, title: str) -> ChatSession | None:
-        """The fork as a new chat; None (one notice, nothing changed) when the disk refused to store it."""
+    async def add_fork(self, session: ChatSession, upto: Message | None, title: str,
+                       origin: ChatOrigin | None = None) -> ChatSession | None:
+        """The fork as a new chat (`origin`: the full chat's choice that made it); None (one notice, nothing
+        changed) when the disk refused to store it."""
         try:
-            fork = ChatSession(session.conversation.branch(upto, title))
+            fork = ChatSession(session.conversation.branch(upto, title, origin))
         except sqlite3.Error as e:
             self.tell_not_saved(f"Could not store a fork in {self.store.path}: {e}; nothing changed.")
             return None

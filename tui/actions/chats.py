@@ -17,6 +17,7 @@ from .registry import ACTIONS, palette_help
 from ...core.text.sanitize import safe_text
 from ..screens.dialogs import ConfirmScreen, SettingsScreen, TextPromptScreen
 from ..session import ChatSession
+from .chat_summary import cancel_summary
 from .mixin import AppMixin
 
 
@@ -42,6 +43,8 @@ class ChatActions(AppMixin):
             await self.open_chat(ordered[(ordered.index(self.current_id) + step) % len(ordered)])
 
     def action_stop(self) -> None:
+        if cancel_summary(self):  # a full chat's summary being written (tui/actions/chat_summary.py)
+            return
         session = self.current
         if session is not None and self.turns.cancel(session):
             self.notify("Stopping the reply; what it wrote so far is kept.", timeout=2)

@@ -103,6 +103,12 @@ def prompt_bindings() -> list[Binding]:
     return [_binding(a, "app." + a.action) for a in ACTIONS if a.in_prompt]
 
 
+def stop_binding() -> Binding:
+    """The stop key for a modal that shows something in flight (a summary being written): the app's own bindings do
+    not reach past a modal; this one carries the same id, so the config file's [keys] moves it too."""
+    return next(_binding(a, "app." + a.action) for a in ACTIONS if a.action == "stop")
+
+
 def key_label(keys: str) -> str:
     """The first of a binding's keys as the screen names it: "ctrl+g,x" -> "Ctrl+G"; "" -> "" (palette only)."""
     first = keys.split(",")[0]

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..messages import TurnFinished, TurnRefused, TurnStarted
 from ..text.format import merged_draft
-from .full_chat import offer_full_chat_choice
+from .full_chat import offer_full_chat_choice, record_first_turn
 from .mixin import AppMixin
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class TurnViews(AppMixin):
         if not self.ui_alive:
             return
         session, screen = msg.session, self.chat_screen
+        record_first_turn(self, session)  # (a chat that continued a full one: the choice's measured cost)
         self.ask_resident_blocks(force=True)
         screen.chat_list.refresh_chat(session.chat_id)
         if session.chat_id == self.current_id:
@@ -70,11 +71,11 @@ class TurnViews(AppMixin):
         self.show_engine_panels()
         if session.chat_id == self.current_id:
             screen.prompt.set_message(merged_draft(text, screen.prompt.message_text()))
-            offer_full_chat_choice(self, session, text)  # a message the context cannot hold: priced choices
             screen.show_banner(session.banner)
             screen.panels.show_chat(session)
             self.show_header()
             await screen.transcript.show(session)
+            await offer_full_chat_choice(self, session, text)  # a message the context cannot hold: priced choices
         else:  # back in that chat's draft, before whatever was typed there
             self.drafts[session.chat_id] = merged_draft(text, self.drafts.get(session.chat_id, ""))
             self.notify(f"#{session.chat_id}: {session.banner.text}", severity="error", timeout=8, markup=False)

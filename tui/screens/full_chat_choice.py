@@ -22,11 +22,13 @@ class FullChatChoiceScreen(ModalScreen[Choice | None]):
         with Vertical(classes="dialog -wide"):
             yield Static(Content(self.question), classes="question")
             for i, choice in enumerate(self.choices):
-                yield Button(Content(f"{i + 1}. {choice.text}"), id=f"choice-{i}")
-            yield Button(Content("Keep the chat as it is (Esc); the message stays in the box"), id="keep")
+                yield Button(Content(f"{i + 1}. {choice.text}"), id=f"choice-{choice.kind}", classes="choice")
+            yield Button(Content("Keep the chat as it is (Esc); the message stays in the box"), id="keep",
+                         classes="choice")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "keep":
             self.dismiss(None)
         else:
-            self.dismiss(self.choices[int(event.button.id.removeprefix("choice-"))])
+            kind = event.button.id.removeprefix("choice-")
+            self.dismiss(next(choice for choice in self.choices if choice.kind == kind))

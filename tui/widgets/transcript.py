@@ -11,6 +11,7 @@ from textual.widgets import Markdown, Static
 from ...core.chats.conversation import Message
 from ..text import format as fmt
 from ..text.cache_text import explanation_line
+from ..text.chat_origin import origin_block
 from ..text.draft_marks import drafted_share, marked_reply
 from ...core.text.reasoning import split_reasoning
 from ...core.text.sanitize import safe_text
@@ -192,8 +193,9 @@ class Transcript(VerticalScroll):
         self.session = session
         with self.app.batch_update():
             await self.remove_children()
-            widgets: list = []
-            if session is None or not session.conversation.messages:
+            origin = session.conversation.origin if session is not None else None
+            widgets: list = [Static(self._origin(session), classes="origin")] if origin is not None else []
+            if (session is None or not session.conversation.messages) and origin is None:
                 widgets.append(Static(Content(WELCOME), classes="welcome"))
             else:
                 turn = session.turn
@@ -206,6 +208,17 @@ class Transcript(VerticalScroll):
                         widgets.append(AssistantMessage(m))
             await self.mount_all(widgets)
         self.anchor()
+
+    @staticmethod
+    def _origin(session: ChatSession) -> Content:
+        """How this chat continued a full one (a line above its messages, never sent to the model)."""
+        return Content(origin_block(session.conversation.origin, session.settings.system_prompt))
+
+    def show_origin(self, session: ChatSession) -> None:
+        """Repaint the origin line (its first turn was measured)."""
+        if session is self.session and session.conversation.origin is not None:
+            for line in self.query(".origin"):
+                line.update(self._origin(session))
 
     async def add_turn(self, session: ChatSession) -> AssistantMessage:
         turn = session.turn
