@@ -89,10 +89,8 @@ torch::Tensor paged_decode_attention(const torch::Tensor& q, const torch::Tensor
       for (int64_t g = 0; g < group; ++g) {
         float* sc = scores.data() + g * kChunk;
         const float top = *std::max_element(sc, sc + n);
-        float sum = 0.0f;
-        for (int64_t t = 0; t < n; ++t) sum += (sc[t] = std::exp(sc[t] - top));
         stats[(row + g) * 2] = top;
-        stats[(row + g) * 2 + 1] = sum;
+        stats[(row + g) * 2 + 1] = exp_shifted(sc, n, top);
       }
       for (int64_t t = 0; t < n; ++t) {
         const float* value = vc + slot(task.seq, task.begin + t) + task.kv_head * dims;

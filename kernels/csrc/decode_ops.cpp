@@ -123,8 +123,7 @@ torch::Tensor silu_and_mul(const torch::Tensor& gate_up) {
     for (int64_t r = a; r < b; ++r) {
       const float *gate = src + r * stride, *up = gate + n;
       float* out_row = dst + r * n;
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) out_row[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+      silu_mul_row(gate, up, n, out_row);
     }
   });
   return out;
