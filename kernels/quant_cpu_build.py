@@ -17,7 +17,7 @@ from types import ModuleType
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("quant_linear.cpp",)
-HEADERS = ("quant_simd.h", "quant_blocks.h", "quant_kquants_avx512.h", "quant_tiles_avx512.h")
+HEADERS = ("quant_simd.h", "quant_blocks.h", "quant_kquants_avx512.h", "quant_tiles_avx512.h", "quant_ktiles_avx512.h")
 
 
 @dataclass(slots=True)
