@@ -187,7 +187,7 @@ def test_tiled_int8_dots_equal_the_row_by_row_loop(cpu_kernels, qtype, scale, nu
     weight, gen = _case(qtype, scale, seed=seed, num_out=37, num_blocks=num_blocks)
     x = _activations(max(INVARIANCE_ROWS), weight.in_features, gen)
     args = (weight.data, qtype_number(qtype), weight.out_features, weight.in_features)
-    for num_rows in INVARIANCE_ROWS:
+    for num_rows in INVARIANCE_ROWS + (256, 258):  # the K-quant tiles from 256 rows on (csrc/quant_ktiles_avx512.h)
         tiled = cpu_kernels.quant_linear(x[:num_rows], *args)
         assert bool(tiled.isfinite().all()), num_rows  # NaN would fail torch.equal; inf would pass it unseen
         assert torch.equal(tiled, cpu_kernels.quant_linear(x[:num_rows], *args, tiles=False)), num_rows
