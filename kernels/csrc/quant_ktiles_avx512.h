@@ -24,10 +24,10 @@ constexpr int kKTileCols = 4;  // weight rows per tile
 constexpr int kKTileRows = 3;  // activation rows per pass over a tile: 12 accumulators
 // Fewer rows: the row-by-row kernel, whose activations then still fit L2. Its 512-bit loop already does the same
 // arithmetic per product (dpbusd, convert, scale product, FMA per 64 weights and row); the tile saves only the
-// re-reads of the activations. One Llama-3.2-1B-shape Q4_K_M layer, AMD EPYC (AVX-512 VNNI), 2 threads, busy
-// machine, tiles / row by row: 8 rows 71.9 / 64.0 ms, 32 rows 93.8 / 88.8, 128 rows 236.8 / 209.8, 512 rows
-// 786.1 / 839.3 (and 1253 / 1472 in a busier run).
-constexpr int kKTileMinRows = 256;
+// re-reads of the activations. One Llama-3.2-1B-shape Q4_K_M layer (kernels/quant_bench.py --synthetic), AMD EPYC
+// with AVX-512 VNNI, 2 threads, tiles / row by row: 8 rows 6.14 / 6.09 ms, 256 rows 189.8 / 177.6, 512 rows
+// 386.6 / 411.6 (a busier run: 128 rows 236.8 / 209.8, 512 rows 786.1 / 839.3).
+constexpr int kKTileMinRows = 512;
 constexpr int64_t kKChunkBytes = 1 << 19;  // activation bytes (int8 + expanded scales) per chunk of rows
 
 template <int QT>

@@ -148,8 +148,9 @@ def test_many_rows_path_in_tiles_matches_reference(cpu_kernels, many_rows_gemm):
 
 
 # Row counts that reach every grouping of the int8 kernels: the row-by-row loop's 4 + 1..3, the tiled kernel's
-# minimum (4), its passes of 5 rows and the 1..4 rows left, a partial tile of weight rows (19 = 2 * 8 + 3).
-INVARIANCE_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 63, 64, 65, 200, 517)
+# minimum (16) and one below, its passes of 5 rows and the 1..4 rows left, a partial tile of weight rows
+# (19 = 2 * 8 + 3); 517: the K-quant tiles (from 512 rows, 3 rows a pass), chunks of rows and a partial last one.
+INVARIANCE_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 200, 517)
 
 
 @pytest.mark.parametrize("num_blocks", [2, 16])  # 16: the K-quant tiles' chunks of 64 rows start elsewhere in each part
@@ -187,7 +188,7 @@ def test_tiled_int8_dots_equal_the_row_by_row_loop(cpu_kernels, qtype, scale, nu
     weight, gen = _case(qtype, scale, seed=seed, num_out=37, num_blocks=num_blocks)
     x = _activations(max(INVARIANCE_ROWS), weight.in_features, gen)
     args = (weight.data, qtype_number(qtype), weight.out_features, weight.in_features)
-    for num_rows in INVARIANCE_ROWS + (256, 258):  # the K-quant tiles from 256 rows on (csrc/quant_ktiles_avx512.h)
+    for num_rows in INVARIANCE_ROWS + (512, 513, 514):  # K-quant tiles from 512 rows (csrc/quant_ktiles_avx512.h)
         tiled = cpu_kernels.quant_linear(x[:num_rows], *args)
         assert bool(tiled.isfinite().all()), num_rows  # NaN would fail torch.equal; inf would pass it unseen
         assert torch.equal(tiled, cpu_kernels.quant_linear(x[:num_rows], *args, tiles=False)), num_rows
