@@ -18,7 +18,8 @@ from types import ModuleType
 CSRC = Path(__file__).resolve().parent / "csrc"
 SOURCES = ("quant_linear.cpp", "decode_ops.cpp", "decode_attention.cpp", "decode_stack.cpp")
 CFLAGS = ("-O3", "-fopenmp", "-fno-math-errno")  # with -march=<arch>; no -ffast-math: the sums keep their order
-HEADERS = ("decode_ops.h", "quant_simd.h", "quant_blocks.h", "quant_kquants_avx512.h", "quant_tiles_avx512.h")
+HEADERS = ("decode_ops.h", "quant_simd.h", "quant_blocks.h", "quant_kquants_avx512.h", "quant_tiles_avx512.h",
+           "quant_ktiles_avx512.h")
 
 
 @dataclass(slots=True)

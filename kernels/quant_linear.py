@@ -3,9 +3,10 @@
 Fast path (C++, csrc/quant_linear.cpp, loaded by quant_cpu_build): llama.cpp's scheme. Each activation row is
 quantized to int8 per 32 values (d = max|x| / 127, q = round(x / d)); every 32-weight group is an integer dot
 product of the quantized bytes with those int8 values, scaled in fp32. It reads only the quantized bytes, once
-per call, for any number of rows. With AVX-512 VNNI, for Q4_0/Q4_1/Q5_x/Q5_K/Q8_0 and 4 rows or more, a tile
+per call, for any number of rows. With AVX-512 VNNI, for Q4_0/Q4_1/Q5_x/Q5_K/Q8_0 and 16 rows or more, a tile
 of 8 weight rows is unpacked once into L1 and every row runs against it, two weight rows per 512-bit vector
-(csrc/quant_tiles_avx512.h); otherwise one weight row serves up to 4 rows at a time. Both give the same bits.
+(csrc/quant_tiles_avx512.h); for Q4_K/Q6_K from 512 rows, a tile of 4 weight rows per chunk of rows that fits L2
+(csrc/quant_ktiles_avx512.h); otherwise one weight row serves up to 4 rows at a time. All give the same bits.
 For many rows (prefill) the weight is instead dequantized and multiplied with a oneDNN GEMM, from
 `GEMM_MIN_ROWS` rows on: there the GEMM's arithmetic, not the weight bytes, sets the time. The GEMM is fp32 unless
 LLMCHAT_QUANT_GEMM=bfloat16 and the CPU does bf16 dot products natively (AVX-512 BF16, AMX): then it runs on bf16
@@ -23,8 +24,12 @@ after a cache hit (the prompt's tail computed alone, on the int8 path) may part 
 int8 dots, whose result for a row is the same bits whatever rows share its call: the cache then never changes
 a greedy reply, at the int8 path's prefill speed (the default model's layers, `quant_bench`, Intel Xeon with
 AVX-512 VNNI, 2 threads, int8 tiles / row by row / fp32 dequant-GEMM: 128 rows 117 / 248 / 120 ms, 512 rows
-419 / 989 / 366 ms; its Q8_0 head at 512 rows 119 / 271 / 121 ms). Not yet the default: 512-row prefill is
-~15% slower than the GEMM there, and Q4_K / Q6_K (a Q4_K_M file's bulk) and AVX2 builds have no tiles yet.
+419 / 989 / 366 ms; its Q8_0 head at 512 rows 119 / 271 / 121 ms; on an AMD EPYC the tiles beat the GEMM at
+every row count, 512 rows 482 / 791 / 568 ms). Not the default: a Q4_K_M layer at 256-512 rows is 11-17%
+slower than the GEMM on the EPYC (Q4_K / Q6_K's int8 arithmetic per product is the same tiled or not: the
+tiles only save activation reads), and AVX2 builds have no tiles. Below GEMM_MIN_ROWS (a prompt, or a chunk of
+one, under 128 tokens) every mode is on the int8 dots: there the linears give the same bits with or without a
+cache hit.
 
 Numerics: the int8 activations are the one rounding beyond fp32 on the few-rows path (`quantize_activations_ref`
 is that rounding in torch); where the GEMM path runs in bf16 it rounds activations, weights and its output to
@@ -43,11 +48,14 @@ from torch.nn import functional as F
 from .linear import cpu_has_native_bf16, onednn_linear_available
 from .quant_blocks import QuantWeight, dequantize_blocks_ref, dequantize_ref
 
-# From this many rows on, dequantize + GEMM beats the integer dots. The default model's 210 projections
-# (kernels/quant_bench.py, AVX-512 VNNI EPYC, 2 threads, ms): int8-dot / dequant-gemm / fp32-packed
-#   1 row 3.9 / 17.0 / 25.6; 4 rows 7.6 / 31.4 / 23.1; 32 rows 46.0 / 53.2 / 50.5; 64 rows 94.6 / 97.1 / 82.6;
-#   128 rows 192 / 167 / 148; 512 rows 779 / 555 / 538.
-GEMM_MIN_ROWS = 64
+# From this many rows on, dequantize + fp32 GEMM takes over from the integer dots. kernels/quant_bench.py, AMD EPYC
+# with AVX-512 VNNI, 2 threads, ms, the int8 dots (tiled where faster) / dequant + fp32 GEMM:
+#   the default model's 210 projections (Q4_1): 64 rows 65.3 / 92.9, 128 rows 133.7 / 167.2, 512 rows 482 / 568;
+#   one Llama-3.2-1B-shape Q4_K_M layer (--synthetic llama-1b-q4km): 64 rows 41.5 / 58.1, 128 rows 81.5 / 90.9,
+#   256 rows 177.6 / 159.9, 512 rows 386.6 / 329.8.
+# Up to 128 rows the int8 dots are faster on both (an Intel Xeon's figures for the default model: 128 rows
+# level); past ~200 rows the GEMM wins for Q4_K_M (by 11-17%: too much to make LLMCHAT_QUANT_GEMM=off the default).
+GEMM_MIN_ROWS = 128
 GEMM_TILE_ELEMENTS = 1 << 22  # the many-rows path dequantizes at most this many weights (16 MB fp32) at a time
 
 

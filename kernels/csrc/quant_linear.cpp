@@ -11,6 +11,7 @@
 #include "decode_ops.h"
 #include "quant_blocks.h"
 #include "quant_kquants_avx512.h"
+#include "quant_ktiles_avx512.h"
 #include "quant_tiles_avx512.h"
 
 namespace llmchat_quant {
@@ -114,6 +115,14 @@ void linear_rows(const uint8_t* w, int64_t row_bytes, int num_blocks, const std:
 template <int QT>
 void linear_cols(const uint8_t* w, int64_t row_bytes, int num_blocks, const std::vector<ActRow>& act,
                  const uint8_t* const* shifted, bool tiles, float* y, int64_t n_out, int64_t n0, int64_t n1) {
+#if defined(LLMCHAT_AVX512_KTILES)
+  if constexpr (ktiled_type<QT>()) {
+    if (tiles && int64_t(act.size()) >= kKTileMinRows) {
+      linear_ktiles<QT>(w, row_bytes, num_blocks, act, y, n_out, n0, n1);
+      return;
+    }
+  }
+#endif
 #if defined(LLMCHAT_AVX512_TILES)
   if constexpr (tiled_type<QT>()) {
     if (tiles && int64_t(act.size()) >= kTileMinRows) {  // n0 is a multiple of kTileCols

@@ -148,18 +148,21 @@ def test_many_rows_path_in_tiles_matches_reference(cpu_kernels, many_rows_gemm):
 
 
 # Row counts that reach every grouping of the int8 kernels: the row-by-row loop's 4 + 1..3, the tiled kernel's
-# minimum (4), its passes of 5 rows and the 1..4 rows left, a partial tile of weight rows (19 = 2 * 8 + 3).
-INVARIANCE_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 63, 64, 65, 200, 517)
+# minimum (16) and one below, its passes of 5 rows and the 1..4 rows left, a partial tile of weight rows
+# (19 = 2 * 8 + 3); 517: the K-quant tiles (from 512 rows, 3 rows a pass), chunks of rows and a partial last one.
+INVARIANCE_ROWS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 200, 517)
 
 
+@pytest.mark.parametrize("num_blocks", [2, 16])  # 16: the K-quant tiles' chunks of 64 rows start elsewhere in each part
 @pytest.mark.parametrize("qtype", list(BLOCK_LAYOUTS))
-def test_int8_dots_are_batch_invariant(cpu_kernels, qtype, monkeypatch):
+def test_int8_dots_are_batch_invariant(cpu_kernels, qtype, num_blocks, monkeypatch):
     """With the GEMM off, a row's output is the same bits whatever rows share its call (a prompt's tail after a
     cache hit equals the same rows computed with the whole prompt), for every grouping the kernel makes."""
     monkeypatch.setenv("LLMCHAT_QUANT_GEMM", "off")
     gemm_dtype.cache_clear()
     try:
-        weight, gen = _case(qtype, 0.05, seed=zlib.crc32(f"invariant {qtype}".encode()), num_out=19, num_blocks=2)
+        seed = zlib.crc32(f"invariant {qtype} {num_blocks}".encode())
+        weight, gen = _case(qtype, 0.05, seed=seed, num_out=19, num_blocks=num_blocks)
         x = _activations(max(INVARIANCE_ROWS), weight.in_features, gen)
         whole = quant_linear(x, weight, cpu_kernels)
         for num_rows in INVARIANCE_ROWS:
@@ -170,16 +173,24 @@ def test_int8_dots_are_batch_invariant(cpu_kernels, qtype, monkeypatch):
         gemm_dtype.cache_clear()
 
 
+# (weight scale, blocks per row): 2 blocks; 16 blocks, where the K-quant tiles split 517 rows into chunks of 64
+TILE_CASES = ((0.05, 2), (65504.0, 16), (1e-6, 16))
+
+
+@pytest.mark.parametrize("scale,num_blocks", TILE_CASES)
 @pytest.mark.parametrize("qtype", list(BLOCK_LAYOUTS))
-def test_tiled_int8_dots_equal_the_row_by_row_loop(cpu_kernels, qtype):
-    """The tiled kernel (AVX-512 builds: 8 weight rows unpacked once for all rows) gives the same bits as the
-    row-by-row loop it replaces (`tiles=False`), at every row count and with a partial last tile (37 = 4 * 8 + 5);
-    builds without tiles run the loop both ways."""
-    weight, gen = _case(qtype, 0.05, seed=zlib.crc32(f"tiles {qtype}".encode()), num_out=37, num_blocks=2)
+def test_tiled_int8_dots_equal_the_row_by_row_loop(cpu_kernels, qtype, scale, num_blocks):
+    """The tiled kernels (AVX-512 builds: 8 weight rows unpacked once for all rows; for Q4_K / Q6_K 4 weight rows
+    per chunk of activation rows that fits L2) give the same bits as the row-by-row loop they replace
+    (`tiles=False`), at every row count, with a partial last tile (37 = 4 * 8 + 5 = 9 * 4 + 1), a partial last
+    chunk of rows and extreme scales; builds without tiles run the loop both ways."""
+    seed = zlib.crc32(f"tiles {qtype} {scale} {num_blocks}".encode())
+    weight, gen = _case(qtype, scale, seed=seed, num_out=37, num_blocks=num_blocks)
     x = _activations(max(INVARIANCE_ROWS), weight.in_features, gen)
     args = (weight.data, qtype_number(qtype), weight.out_features, weight.in_features)
-    for num_rows in INVARIANCE_ROWS:
+    for num_rows in INVARIANCE_ROWS + (512, 513, 514):  # K-quant tiles from 512 rows (csrc/quant_ktiles_avx512.h)
         tiled = cpu_kernels.quant_linear(x[:num_rows], *args)
+        assert bool(tiled.isfinite().all()), num_rows  # NaN would fail torch.equal; inf would pass it unseen
         assert torch.equal(tiled, cpu_kernels.quant_linear(x[:num_rows], *args, tiles=False)), num_rows
 
 
