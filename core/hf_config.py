@@ -96,7 +96,7 @@ def _gemma4(cfg: dict, layer_types: tuple[str, ...]) -> dict[str, Any]:
                          "and 31B variants) is not supported; llmchat runs the dense Gemma 4 models (E2B, E4B)")
     full = [i for i, kind in enumerate(layer_types) if kind == FULL_ATTENTION]
     per_layer = cfg.get("per_layer_config") or {}  # transformers' own save: {"5": {"head_dim": 512}, ...}
-    overrides = {str(i): per_layer.get(str(i), {}).get("head_dim") for i in full}
+    overrides = {i: (per_layer.get(str(i)) or per_layer.get(i) or {}).get("head_dim") for i in full}
     global_head_dim = cfg.get("global_head_dim") or next((d for d in overrides.values() if d), None)
     per_layer_size = cfg.get("hidden_size_per_layer_input") or 0
     if per_layer_size and cfg.get("vocab_size_per_layer_input", cfg["vocab_size"]) != cfg["vocab_size"]:
