@@ -19,6 +19,8 @@ ARCHITECTURES = {
     "Gemma3ForCausalLM": "gemma3_text", "Gemma4ForCausalLM": "gemma4_text", "SmolLM3ForCausalLM": "smollm3",
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
+# multimodal wrappers whose text model llmchat runs: its config is text_config, its weights model.language_model.*
+TEXT_OF_WRAPPER = {"Gemma4ForConditionalGeneration": "Gemma4ForCausalLM"}
 ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope", "freq_factors", "proportional")
 _GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma4ForCausalLM")
 GEMMA4 = "Gemma4ForCausalLM"
@@ -108,6 +110,9 @@ def _gemma4(cfg: dict, layer_types: tuple[str, ...]) -> dict[str, Any]:
 
 def config_from_hf_dict(cfg: dict) -> ModelConfig:
     arch = (cfg.get("architectures") or [""])[0]
+    if arch in TEXT_OF_WRAPPER and isinstance(cfg.get("text_config"), dict):  # the text model; no images, audio
+        arch = TEXT_OF_WRAPPER[arch]
+        cfg = cfg["text_config"] | {"architectures": [arch]}
     if arch not in ARCHITECTURES:
         raise ValueError(unsupported(arch))
     num_heads = cfg["num_attention_heads"]
