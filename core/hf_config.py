@@ -94,8 +94,8 @@ def _gemma4(cfg: dict, layer_types: tuple[str, ...]) -> dict[str, Any]:
     """Gemma 4's own options (config_from_hf_dict's keyword arguments); ValueError for what llmchat does not run."""
     refused = [key for key in ("enable_moe_block", "attention_k_eq_v", "num_global_key_value_heads") if cfg.get(key)]
     if refused or cfg.get("use_bidirectional_attention") == "all":
-        raise ValueError(f"Gemma 4 with {', '.join(refused) or 'bidirectional attention'} (the mixture-of-experts "
-                         "and 31B variants) is not supported; llmchat runs the dense Gemma 4 models (E2B, E4B)")
+        raise ValueError(f"Gemma 4 with {', '.join(refused) or 'bidirectional attention'} (mixture-of-experts or "
+                         "key-equals-value attention) is not supported; llmchat runs the dense Gemma 4 models (E2B, E4B)")
     full = [i for i, kind in enumerate(layer_types) if kind == FULL_ATTENTION]
     per_layer = cfg.get("per_layer_config") or {}  # transformers' own save: {"5": {"head_dim": 512}, ...}
     overrides = {i: (per_layer.get(str(i)) or per_layer.get(i) or {}).get("head_dim") for i in full}
