@@ -53,6 +53,12 @@ class ModelConfig:
     query_pre_attn_scalar: float | None = None  # attention scale is this ** -0.5 (Gemma); None: head_dim ** -0.5
     attn_logit_softcapping: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
     final_logit_softcapping: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
+    global_head_dim: int | None = None  # head size of FULL_ATTENTION layers where it differs (Gemma 4); None: head_dim
+    num_kv_shared_layers: int = 0  # the last this-many layers store no K/V: each reads kv_source_of (Gemma 4)
+    value_norm: bool = False  # RMSNorm without a weight over each v head (Gemma 4)
+    double_wide_mlp: bool = False  # KV-shared layers' MLP is twice intermediate_size wide (Gemma 4 E2B)
+    per_layer_input_size: int = 0  # per-layer embeddings (PLE) of this size feed every layer; 0: none (Gemma 4)
+    layer_scalar: bool = False  # each layer's output times a learned scalar (Gemma 4)
 
     def __post_init__(self) -> None:
         assert self.num_attention_heads % self.num_key_value_heads == 0, "GQA needs q heads % kv heads == 0"
@@ -64,6 +70,9 @@ class ModelConfig:
         assert len(self.layer_types) == self.num_hidden_layers, (len(self.layer_types), self.num_hidden_layers)
         assert set(self.layer_types) <= set(LAYER_TYPES), self.layer_types
         assert SLIDING_ATTENTION not in self.layer_types or (self.sliding_window or 0) > 0, "sliding layers need a window"
+        assert 0 <= self.num_kv_shared_layers < self.num_hidden_layers, "some layer must store its own K/V"
+        for i in range(self.num_hidden_layers - self.num_kv_shared_layers, self.num_hidden_layers):
+            self.kv_source_of(i)  # a KV-shared layer needs an earlier storing layer of its kind
 
     @property
     def attention_scale(self) -> float:
@@ -71,8 +80,32 @@ class ModelConfig:
 
     @property
     def rotary_dim(self) -> int:
-        """How many leading dims of each head RoPE turns (even)."""
+        """How many leading dims of each head RoPE turns (even), at head size head_dim."""
         return int(self.head_dim * self.partial_rotary_factor) // 2 * 2
+
+    def head_dim_of(self, layer_idx: int) -> int:
+        """Head size of layer `layer_idx` (Gemma 4: full-attention layers have their own, global_head_dim)."""
+        full = self.layer_types[layer_idx] == FULL_ATTENTION
+        return self.global_head_dim if full and self.global_head_dim else self.head_dim
+
+    def rotary_dim_of(self, layer_idx: int) -> int:
+        """How many leading dims of layer `layer_idx`'s heads RoPE turns (even)."""
+        return int(self.head_dim_of(layer_idx) * self.partial_rotary_factor) // 2 * 2
+
+    def intermediate_size_of(self, layer_idx: int) -> int:
+        wide = self.double_wide_mlp and self.kv_source_of(layer_idx) != layer_idx
+        return self.intermediate_size * (2 if wide else 1)
+
+    def kv_source_of(self, layer_idx: int) -> int:
+        """The layer whose K/V layer `layer_idx` attends over: itself, or, for one of the last
+        num_kv_shared_layers, the last layer before them of the same kind (Hugging Face's kv_sharing_modes)."""
+        first_shared = self.num_hidden_layers - self.num_kv_shared_layers
+        if layer_idx < first_shared:
+            return layer_idx
+        kind = self.layer_types[layer_idx]
+        sources = [i for i in range(first_shared) if self.layer_types[i] == kind]
+        assert sources, f"KV-shared layer {layer_idx} ({kind}) has no earlier {kind} layer to read"
+        return sources[-1]
 
     def window_of(self, layer_idx: int) -> int:
         """The number of most recent tokens layer `layer_idx` attends to; 0 = the whole context."""
@@ -80,7 +113,8 @@ class ModelConfig:
 
     def kv_bytes_per_token(self, element_size: int) -> int:
         """Bytes of K and V that one token occupies across all layers (GQA: kv heads, not q heads)."""
-        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * element_size
+        head_dims = (self.head_dim_of(i) for i in range(self.num_hidden_layers) if self.kv_source_of(i) == i)
+        return 2 * self.num_key_value_heads * sum(head_dims) * element_size
 
     @classmethod
     def from_hf_dict(cls, cfg: dict) -> "ModelConfig":

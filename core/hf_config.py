@@ -16,11 +16,14 @@ from .config import FULL_ATTENTION, LAYER_TYPES, NO_ROPE_ATTENTION, SLIDING_ATTE
 ARCHITECTURES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "Phi3ForCausalLM": "phi3", "Gemma2ForCausalLM": "gemma2",
-    "Gemma3ForCausalLM": "gemma3_text", "SmolLM3ForCausalLM": "smollm3",
+    "Gemma3ForCausalLM": "gemma3_text", "Gemma4ForCausalLM": "gemma4_text", "SmolLM3ForCausalLM": "smollm3",
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
-ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope", "freq_factors")
-_GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# multimodal wrappers whose text model llmchat runs: its config is text_config, its weights model.language_model.*
+TEXT_OF_WRAPPER = {"Gemma4ForConditionalGeneration": "Gemma4ForCausalLM"}
+ROPE_TYPES = ("linear", "dynamic", "yarn", "llama3", "longrope", "freq_factors", "proportional")
+_GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma4ForCausalLM")
+GEMMA4 = "Gemma4ForCausalLM"
 
 
 def unsupported(arch: str) -> str:
@@ -49,6 +52,12 @@ def _rope(cfg: dict, arch: str) -> tuple[float, dict | None, float, float | None
         raise ValueError(f"RoPE scaling type {kind!r} is not supported (llmchat reads {', '.join(ROPE_TYPES)})")
     if arch == "Gemma3ForCausalLM" and local_theta is None:
         local_theta = 10000.0
+    if arch == GEMMA4:  # proportional RoPE turns a fraction of the full layers' pairs; sliding layers all of theirs
+        local_theta = 10000.0 if local_theta is None else local_theta
+        if scaling_out is not None and scaling_out["rope_type"] == "proportional":
+            scaling_out["partial_rotary_factor"] = partial
+            partial = (cfg.get("rope_parameters") or {}).get(SLIDING_ATTENTION, {}).get(
+                "partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
     return float(theta), scaling_out, float(partial), None if local_theta is None else float(local_theta)
 
 
@@ -59,7 +68,7 @@ def _layer_types(cfg: dict, arch: str, num_layers: int) -> tuple[str, ...]:
         kinds = list(given)
     elif arch == "Gemma2ForCausalLM":
         kinds = [SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(num_layers)]
-    elif arch == "Gemma3ForCausalLM":
+    elif arch in ("Gemma3ForCausalLM", GEMMA4):
         pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6
         kinds = [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING_ATTENTION for i in range(num_layers)]
     elif arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "SmolLM3ForCausalLM"):
@@ -81,8 +90,29 @@ def _layer_types(cfg: dict, arch: str, num_layers: int) -> tuple[str, ...]:
     return tuple(kinds)
 
 
+def _gemma4(cfg: dict, layer_types: tuple[str, ...]) -> dict[str, Any]:
+    """Gemma 4's own options (config_from_hf_dict's keyword arguments); ValueError for what llmchat does not run."""
+    refused = [key for key in ("enable_moe_block", "attention_k_eq_v", "num_global_key_value_heads") if cfg.get(key)]
+    if refused or cfg.get("use_bidirectional_attention") == "all":
+        raise ValueError(f"Gemma 4 with {', '.join(refused) or 'bidirectional attention'} (mixture-of-experts or "
+                         "key-equals-value attention) is not supported; llmchat runs the dense Gemma 4 models (E2B, E4B)")
+    full = [i for i, kind in enumerate(layer_types) if kind == FULL_ATTENTION]
+    per_layer = cfg.get("per_layer_config") or {}  # transformers' own save: {"5": {"head_dim": 512}, ...}
+    overrides = {i: (per_layer.get(str(i)) or per_layer.get(i) or {}).get("head_dim") for i in full}
+    global_head_dim = cfg.get("global_head_dim") or next((d for d in overrides.values() if d), None)
+    per_layer_size = cfg.get("hidden_size_per_layer_input") or 0
+    if per_layer_size and cfg.get("vocab_size_per_layer_input", cfg["vocab_size"]) != cfg["vocab_size"]:
+        raise ValueError("Gemma 4 with a per-layer embedding vocabulary unlike the main one is not supported")
+    return dict(global_head_dim=global_head_dim, num_kv_shared_layers=cfg.get("num_kv_shared_layers") or 0,
+                value_norm=True, double_wide_mlp=bool(cfg.get("use_double_wide_mlp")),
+                per_layer_input_size=per_layer_size, layer_scalar=True)
+
+
 def config_from_hf_dict(cfg: dict) -> ModelConfig:
     arch = (cfg.get("architectures") or [""])[0]
+    if arch in TEXT_OF_WRAPPER and isinstance(cfg.get("text_config"), dict):  # the text model; no images, audio
+        arch = TEXT_OF_WRAPPER[arch]
+        cfg = cfg["text_config"] | {"architectures": [arch]}
     if arch not in ARCHITECTURES:
         raise ValueError(unsupported(arch))
     num_heads = cfg["num_attention_heads"]
@@ -92,6 +122,7 @@ def config_from_hf_dict(cfg: dict) -> ModelConfig:
     theta, scaling, partial, local_theta = _rope(cfg, arch)
     layer_types = _layer_types(cfg, arch, num_layers)
     gemma = arch in _GEMMA
+    gemma4 = _gemma4(cfg, layer_types) if arch == GEMMA4 else {}
     return ModelConfig(
         architecture=arch,
         vocab_size=cfg["vocab_size"],
@@ -111,16 +142,17 @@ def config_from_hf_dict(cfg: dict) -> ModelConfig:
         layer_types=layer_types,
         sliding_window=cfg.get("sliding_window") if SLIDING_ATTENTION in layer_types else None,
         rope_scaling=scaling,
-        rope_local_theta=local_theta if arch == "Gemma3ForCausalLM" else None,
+        rope_local_theta=local_theta if arch in ("Gemma3ForCausalLM", GEMMA4) else None,
         partial_rotary_factor=partial,
-        qk_norm=arch in ("Qwen3ForCausalLM", "Gemma3ForCausalLM"),
+        qk_norm=arch in ("Qwen3ForCausalLM", "Gemma3ForCausalLM", GEMMA4),
         hidden_act=cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu",
         sandwich_norms=gemma,
-        norm_weight_offset=1.0 if gemma else 0.0,
+        norm_weight_offset=1.0 if gemma and arch != GEMMA4 else 0.0,  # Gemma 4 computes x * w
         embedding_scale=float(cfg["hidden_size"]) ** 0.5 if gemma else 1.0,
-        query_pre_attn_scalar=cfg.get("query_pre_attn_scalar") if gemma else None,
+        query_pre_attn_scalar=(1.0 if arch == GEMMA4 else cfg.get("query_pre_attn_scalar")) if gemma else None,
         attn_logit_softcapping=cfg.get("attn_logit_softcapping") if gemma else None,
         final_logit_softcapping=cfg.get("final_logit_softcapping") if gemma else None,
+        **gemma4,
     )
 
 
@@ -129,8 +161,11 @@ def config_to_hf_dict(config: ModelConfig) -> dict[str, Any]:
     d = asdict(config)
     arch = d.pop("architecture")
     eos = d.pop("eos_token_ids")
-    for derived in ("qk_norm", "sandwich_norms", "norm_weight_offset", "embedding_scale"):
+    for derived in ("qk_norm", "sandwich_norms", "norm_weight_offset", "embedding_scale", "value_norm",
+                    "layer_scalar"):
         d.pop(derived)  # fixed by the architecture
+    d["hidden_size_per_layer_input"] = d.pop("per_layer_input_size")
+    d["use_double_wide_mlp"] = d.pop("double_wide_mlp")
     kinds = d.pop("layer_types")
     d["layer_types"] = [FULL_ATTENTION if k == NO_ROPE_ATTENTION else k for k in kinds]
     if NO_ROPE_ATTENTION in kinds:

@@ -68,6 +68,16 @@ CASES = [
         layer_types=["sliding_attention"] * 5 + ["full_attention"],
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0}})),
+    # Gemma 4 E2B's shape: MQA, sliding layers of head size 256 and full ones of 512 (here 16 and 32), the last
+    # layers reading earlier layers' K/V (here 3 of 6; E2B 20 of 35) with a double-wide MLP, per-layer embeddings
+    Case("gemma4-e2b", "Gemma4TextConfig", "gemma4", dict(
+        num_hidden_layers=6, num_key_value_heads=1, head_dim=16, global_head_dim=32, sliding_window=8,
+        layer_types=(["sliding_attention"] * 2 + ["full_attention"]) * 2, num_kv_shared_layers=3,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB, use_double_wide_mlp=True,
+        final_logit_softcapping=30.0, max_position_embeddings=131072,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                            "rope_theta": 1000000.0}})),
     Case("smollm3", "SmolLM3Config", "smollm3", dict(
         num_hidden_layers=4, tie_word_embeddings=True, max_position_embeddings=65536,
         rope_parameters={"rope_type": "default", "rope_theta": 2000000.0})),
@@ -90,9 +100,13 @@ def hf_model(case: Case, seed: int = 0):
     config._attn_implementation = "eager"
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed)
-    gemma = case.gguf_arch.startswith("gemma")
-    for name, p in model.named_parameters():
-        if "norm" in name:  # Gemma holds w and computes (1 + w)
+    gemma = case.gguf_arch in ("gemma2", "gemma3")
+    for name, p in [*model.named_parameters(), *model.named_buffers()]:
+        if name.endswith(("inv_freq", "embed_scale")):  # computed buffers, kept
+            continue
+        elif name.endswith("layer_scalar"):  # Gemma 4: a buffer, ones unless drawn here
+            p.copy_(1.0 + (torch.rand(p.shape, generator=gen) - 0.5))
+        elif "norm" in name:  # Gemma 2/3 hold w and compute (1 + w)
             p.copy_((0.0 if gemma else 1.0) + (torch.rand(p.shape, generator=gen) - 0.5) * 0.6)
         elif "embed_tokens" in name:
             p.copy_(torch.randn(p.shape, generator=gen))

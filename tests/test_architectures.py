@@ -156,21 +156,74 @@ OPTIONS_OFF = [
     ("gemma3", {"rope_local_theta": None}),
     ("gemma3", {"rope_scaling": None}),
     ("smollm3", {"layer_types": ("full_attention",) * 4}),
+    ("gemma4-e2b", {"value_norm": False}),
+    ("gemma4-e2b", {"rope_scaling": None}),  # proportional RoPE of the full layers
+    ("gemma4-e2b", {"rope_local_theta": None}),
+    ("gemma4-e2b", {"final_logit_softcapping": None}),
+    ("gemma4-e2b", {"query_pre_attn_scalar": None}),  # Gemma 4 scales scores by 1: its q/k norms do it
+]
+# Options that own weights: switched off with the state they own left out (names containing the word given).
+WEIGHTS_OFF = [
+    ("gemma4-e2b", {"per_layer_input_size": 0}, "per_layer"),
+    ("gemma4-e2b", {"layer_scalar": False}, "layer_scalar"),
+]
+# Options that set tensor shapes: switched off, the checkpoint no longer fits the config and is refused.
+SHAPES_OFF = [
+    ("gemma4-e2b", {"num_kv_shared_layers": 0}),
+    ("gemma4-e2b", {"global_head_dim": None}),
+    ("gemma4-e2b", {"double_wide_mlp": False}),
 ]
 
 
-@pytest.mark.parametrize("name,change", OPTIONS_OFF, ids=[f"{n}-{'-'.join(c)}" for n, c in OPTIONS_OFF])
-def test_each_option_changes_the_logits(built, name, change):
+@pytest.mark.parametrize("name,change,dropped", [(n, c, None) for n, c in OPTIONS_OFF] + WEIGHTS_OFF,
+                         ids=[f"{n}-{'-'.join(c)}" for n, c, *_ in OPTIONS_OFF + WEIGHTS_OFF])
+def test_each_option_changes_the_logits(built, name, change, dropped):
     from llmchat.core.model.loader import open_checkpoint
     from llmchat.core.model.model import build_model
 
     b = built(name)
     config, state = open_checkpoint(b.folder, "cpu")
     altered = dataclasses.replace(config, **change)
+    if dropped is not None:
+        state = {k: state[k] for k in state if dropped not in k}
     loaded = dataclasses.replace(b.loaded["folder"], config=altered, model=build_model(altered, state))
     with torch.inference_mode():
         expected = b.model(torch.tensor([PROMPT])).logits[0]
     assert (our_logits(loaded, PROMPT) - expected).abs().max().item() > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("name,change", SHAPES_OFF, ids=[f"{n}-{'-'.join(c)}" for n, c in SHAPES_OFF])
+def test_each_shape_option_decides_what_loads(built, name, change):
+    from llmchat.core.model.loader import open_checkpoint
+    from llmchat.core.weights.checkpoint import check_tensor_shapes
+    from llmchat.core.weights.errors import ModelLoadError
+
+    config, state = open_checkpoint(built(name).folder, "cpu")
+    check_tensor_shapes(config, state.shapes(), "the folder")
+    with pytest.raises(ModelLoadError, match="tensor"):
+        check_tensor_shapes(dataclasses.replace(config, **change), state.shapes(), "the folder")
+
+
+def test_kv_shared_layers_hold_no_kv_and_blocks_round_trip(built):
+    """Gemma 4: the paged cache holds K/V only for the layers that store them (head sizes 16, 16, 32 here);
+    a block's K/V across them reads out and writes back exactly (the disk tier's payload)."""
+    from llmchat.core.engine.kv_cache import PagedKVCache
+
+    config = built("gemma4-e2b").loaded["folder"].config
+    assert [config.kv_source_of(i) for i in range(6)] == [0, 1, 2, 1, 1, 2]
+    cache = PagedKVCache(config, 16, 4 * config.kv_bytes_per_token(4) * 16, torch.float32, "cpu")
+    assert [None if k is None else k.shape[-1] for k in cache.k] == [16, 16, 32, None, None, None]
+    assert cache.bytes_per_token == 2 * 1 * (16 + 16 + 32) * 4 and cache.num_blocks == 4
+    for k, v in cache.stored:
+        k.normal_()
+        v.normal_()
+    data = cache.read_blocks([1, 3])
+    assert data.shape == (2, cache.bytes_per_block // 4)
+    before = [t.clone() for pair in cache.stored for t in pair]
+    cache.write_block(0, data[0])
+    cache.write_block(2, data[1])
+    for old, new in zip(before, [t for pair in cache.stored for t in pair]):
+        assert torch.equal(new[0], old[1]) and torch.equal(new[2], old[3])
 
 
 ASK_TOKENS = 12

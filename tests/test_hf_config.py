@@ -11,7 +11,8 @@ from llmchat.core.model.rope import rope_table
 
 ARCH_OF = {"LlamaConfig": "LlamaForCausalLM", "Qwen2Config": "Qwen2ForCausalLM", "Qwen3Config": "Qwen3ForCausalLM",
            "MistralConfig": "MistralForCausalLM", "Phi3Config": "Phi3ForCausalLM", "Gemma2Config": "Gemma2ForCausalLM",
-           "Gemma3TextConfig": "Gemma3ForCausalLM", "SmolLM3Config": "SmolLM3ForCausalLM"}
+           "Gemma3TextConfig": "Gemma3ForCausalLM", "Gemma4TextConfig": "Gemma4ForCausalLM",
+           "SmolLM3Config": "SmolLM3ForCausalLM"}
 
 
 def v5_dict(case) -> dict:
@@ -53,6 +54,35 @@ def test_legacy_keys_read_like_transformers_5():
     smol = {"architectures": ["SmolLM3ForCausalLM"], "vocab_size": 100, "hidden_size": 64, "intermediate_size": 96,
             "num_hidden_layers": 8, "num_attention_heads": 4, "no_rope_layers": [1, 1, 1, 0, 1, 1, 1, 0]}
     assert ModelConfig.from_hf_dict(smol).layer_types == ((FULL_ATTENTION,) * 3 + (NO_ROPE_ATTENTION,)) * 2
+
+
+# Gemma 4 E2B's text config as the Hub's config.json spells it (global_head_dim, not per_layer_config)
+GEMMA4_E2B = {"architectures": ["Gemma4ForCausalLM"], "vocab_size": 262144, "hidden_size": 1536,
+              "intermediate_size": 6144, "num_hidden_layers": 35, "num_attention_heads": 8, "num_key_value_heads": 1,
+              "head_dim": 256, "global_head_dim": 512, "hidden_size_per_layer_input": 256,
+              "vocab_size_per_layer_input": 262144, "num_kv_shared_layers": 20, "use_double_wide_mlp": True,
+              "sliding_window": 512, "final_logit_softcapping": 30.0, "attention_k_eq_v": False,
+              "enable_moe_block": False, "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7,
+              "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                  "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                     "rope_theta": 1000000.0}}}
+
+
+def test_gemma4_e2b_reads_as_per_layer_options():
+    c = ModelConfig.from_hf_dict(GEMMA4_E2B)
+    assert [c.head_dim_of(i) for i in (0, 4)] == [256, 512] and c.rotary_dim_of(4) == 512
+    assert [c.kv_source_of(i) for i in (14, 15, 19, 34)] == [14, 13, 14, 14]  # the last sliding / full before 15
+    assert [c.intermediate_size_of(i) for i in (14, 15)] == [6144, 12288]
+    assert c.kv_bytes_per_token(2) == 2 * 1 * (12 * 256 + 3 * 512) * 2  # 15 layers store K/V, 20 read theirs
+    assert c.rope_scaling == {"rope_type": "proportional", "partial_rotary_factor": 0.25}
+    assert (c.per_layer_input_size, c.norm_weight_offset, c.attention_scale) == (256, 0.0, 1.0)
+    assert ModelConfig.from_hf_dict(c.to_hf_dict()) == c
+
+
+@pytest.mark.parametrize("key", ["enable_moe_block", "attention_k_eq_v"])
+def test_gemma4_experts_and_shared_kv_projection_are_refused_in_one_line(key):
+    with pytest.raises(ValueError, match=f"Gemma 4 with {key} .* llmchat runs the dense Gemma 4 models"):
+        ModelConfig.from_hf_dict(GEMMA4_E2B | {key: True})
 
 
 def test_unknown_rope_scaling_is_one_clear_error():

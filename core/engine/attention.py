@@ -32,11 +32,12 @@ class PagedKV:
         self.backend = backend  # resolved ("torch" or "triton"): the model's norms and RoPE use it too
         self.cpu = cpu  # the C++ CPU kernels (None: the torch references), for the small ops too
 
-    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
-               softcap: float = 0.0) -> torch.Tensor:
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
+               window: int = 0, softcap: float = 0.0) -> torch.Tensor:
         m = self.meta
         k_cache, v_cache = self.cache.k[layer_idx], self.cache.v[layer_idx]
-        ops.store_kv(k, v, k_cache, v_cache, m.slot_mapping, backend=self.backend, cpu=self.cpu)
+        if k is not None and v is not None:  # None: a KV-shared layer reads what layer_idx stored this step
+            ops.store_kv(k, v, k_cache, v_cache, m.slot_mapping, backend=self.backend, cpu=self.cpu)
         if m.is_decode:
             return ops.paged_decode_attention(
                 q, k_cache, v_cache, m.block_tables, m.seq_lens, self.scale, backend=self.backend, window=window,

@@ -31,6 +31,9 @@ def supported(model: Transformer) -> str | None:
         return "no C++ kernels"
     if cfg.sandwich_norms or cfg.hidden_act != "silu" or cfg.embedding_scale != 1.0:
         return "a block kind it does not know (sandwich norms, GeGLU, scaled embeddings)"
+    if cfg.per_layer_input_size or cfg.value_norm or cfg.layer_scalar or any(
+            cfg.kv_source_of(i) != i or cfg.head_dim_of(i) != cfg.head_dim for i in range(cfg.num_hidden_layers)):
+        return "per-layer inputs, value norms, layer scalars, shared KV or head sizes per layer (Gemma 4)"
     if model.dtype != torch.float32:
         return f"activations in {model.dtype}"
     for layer in model.layers:

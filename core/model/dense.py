@@ -16,25 +16,28 @@ from ...kernels import ops
 
 
 class DenseKV:
-    """Contiguous K/V per layer for one sequence: `[max_len, num_kv_heads, head_dim]`."""
+    """Contiguous K/V per layer for one sequence: `[max_len, num_kv_heads, head_dim]` (that layer's head size;
+    None for a layer that reads another layer's K/V)."""
 
     def __init__(self, model: Transformer, max_len: int, backend: str | None = None) -> None:
         cfg = model.config
         dtype, device = model.dtype, model.device
         self.backend = ops.resolve_backend(backend, device)  # for the model's norms and RoPE
         self.cpu = model.cpu_kernels if device.type == "cpu" else None  # and their C++ kernels
-        shape = (max_len, cfg.num_key_value_heads, cfg.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.num_hidden_layers)]
+        shapes = [(max_len, cfg.num_key_value_heads, cfg.head_dim_of(i)) if cfg.kv_source_of(i) == i else None
+                  for i in range(cfg.num_hidden_layers)]
+        self.k = [torch.zeros(s, dtype=dtype, device=device) if s else None for s in shapes]
+        self.v = [torch.zeros(s, dtype=dtype, device=device) if s else None for s in shapes]
         self.scale = cfg.attention_scale
         self.start = 0  # tokens already in the cache before this forward
 
-    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
-               softcap: float = 0.0) -> torch.Tensor:
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
+               window: int = 0, softcap: float = 0.0) -> torch.Tensor:
         num_new = q.shape[0]
         end = self.start + num_new
-        self.k[layer_idx][self.start : end] = k
-        self.v[layer_idx][self.start : end] = v
+        if k is not None and v is not None:  # None: a KV-shared layer reads what layer_idx stored
+            self.k[layer_idx][self.start : end] = k
+            self.v[layer_idx][self.start : end] = v
         keys = self.k[layer_idx][:end].transpose(0, 1)  # [num_kv_heads, end, head_dim]
         values = self.v[layer_idx][:end].transpose(0, 1)
         query_pos = torch.arange(self.start, end, device=q.device)[:, None]

@@ -27,6 +27,7 @@ from .quant_load import build_quantized_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 WEIGHT_FORMATS = ("auto", *DTYPES)
+_WRAPPED_TEXT = "model.language_model."  # where Gemma4ForConditionalGeneration keeps the text model's weights
 _SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8}
 
@@ -112,6 +113,9 @@ def open_checkpoint(folder: Path, device: str) -> tuple[ModelConfig, Mapping[str
     if not files:
         raise ModelLoadError(f"{folder} has no *.safetensors weights")
     reader = SafetensorsReader(files, device)
+    if any(name.startswith(_WRAPPED_TEXT) for name in reader.entries):  # a multimodal wrapper: its text model only
+        reader.entries = {name.replace(_WRAPPED_TEXT, "model.", 1): e for name, e in reader.entries.items()
+                          if name.startswith(_WRAPPED_TEXT) or name == "lm_head.weight"}
     if config.tie_word_embeddings:
         reader.entries.pop("lm_head.weight", None)
     check_tensor_shapes(config, reader.shapes(), str(folder))

@@ -1,9 +1,10 @@
 """The decoder-only transformer: RMSNorm, RoPE, GQA attention, a gated MLP; one file for every architecture.
 
-Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3 and SmolLM3 differ only in small named options of the config
-(core/config.py): biases on q/k/v, an RMSNorm on each q and k head, which layers slide a window or skip RoPE,
-how many dims RoPE turns, GeGLU instead of SwiGLU, norms around each block as well as before it, scaled
-embeddings, soft-capped scores and logits.
+Llama, Mistral, Qwen2/3, Phi-3, Gemma 2/3/4 and SmolLM3 differ only in small named options of the config
+(core/config.py): biases on q/k/v, an RMSNorm on each q and k (and v) head, which layers slide a window or skip
+RoPE, how many dims RoPE turns, GeGLU instead of SwiGLU, norms around each block as well as before it, scaled
+embeddings, soft-capped scores and logits; per layer (Gemma 4): its head size, whether it reads another layer's
+K/V, per-layer embeddings (core/model/per_layer.py) and an output scalar.
 
 Tokens are packed flat, `[num_tokens, hidden]`, with no batch dimension: a step may hold the new
 tokens of many sequences. Attention goes through one object passed into forward (`KVContext`), so
@@ -23,6 +24,8 @@ from torch.nn import functional as F
 from ..config import NO_ROPE_ATTENTION, ModelConfig
 from ...kernels import ops
 from ...kernels.linear import linear, prepack_linear_weight
+from .layers import Embedding, Linear
+from .per_layer import add_per_layer_embeddings, add_per_layer_input_gate, apply_per_layer_input, per_layer_inputs
 from .quant_layers import QuantEmbedding, QuantLinear
 from .rope import rope_tables
 from .state import load_state
@@ -38,50 +41,13 @@ class KVContext(Protocol):
     backend: str
     cpu: ModuleType | None
 
-    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0,
+    def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, window: int = 0,
                softcap: float = 0.0) -> torch.Tensor:
         """q `[num_tokens, num_q_heads, head_dim]`, k/v `[num_tokens, num_kv_heads, head_dim]` (RoPE applied);
-        stores k/v, attends causally over the sequence's context (only its last `window` tokens when window > 0,
-        scores soft-capped at `softcap` when > 0), returns `[num_tokens, num_q_heads, head_dim]`."""
+        stores k/v as layer `layer_idx`'s, attends causally over the sequence's context (only its last `window`
+        tokens when window > 0, scores soft-capped at `softcap` when > 0), returns `[num_tokens, num_q_heads,
+        head_dim]`. k/v None: a KV-shared layer; it stores nothing and reads the K/V layer `layer_idx` stored."""
         ...
-
-
-class Linear(nn.Module):
-    """y = x W^T + b. The weight may be stored in another dtype than the activations (bf16 weights, fp32
-    activations); prepack() reorders it once for oneDNN where that pays (kernels/linear.py) and then drops
-    the plain copy, so one copy of every weight stays in memory.
-
-    Weights start uninitialized (torch.empty): they are loaded, or set by init_random_weights in tests."""
-
-    def __init__(self, in_features: int, out_features: int, bias: bool = False,
-                 weight_dtype: torch.dtype | None = None) -> None:
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        self.weight = nn.Parameter(torch.empty(out_features, in_features, dtype=weight_dtype))
-        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
-        self.packed: torch.Tensor | None = None
-
-    def prepack(self) -> None:
-        if self.weight is None:
-            return
-        self.packed = prepack_linear_weight(self.weight.data)
-        if self.packed is not None:
-            self.weight = None  # the packed copy is the only one kept
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, self.packed)
-
-
-class Embedding(nn.Module):
-    """A table in the weight dtype; rows come out in the activation dtype."""
-
-    def __init__(self, num_embeddings: int, dim: int, weight_dtype: torch.dtype | None, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(num_embeddings, dim, dtype=weight_dtype))
-        self.dtype = dtype
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids, self.weight).to(self.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -102,18 +68,20 @@ class Attention(nn.Module):
         self.layer_idx = layer_idx
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
+        self.head_dim = cfg.head_dim_of(layer_idx)
+        self.kv_source = cfg.kv_source_of(layer_idx)  # this layer, or the one whose K/V it reads (Gemma 4)
         self.q_size = self.num_heads * self.head_dim
-        self.kv_size = self.num_kv_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim if self.kv_source == layer_idx else 0
         kind = cfg.layer_types[layer_idx]
         self.rope_table = None if kind == NO_ROPE_ATTENTION else kind  # which of the model's RoPE tables
         self.window = cfg.window_of(layer_idx)
         self.softcap = cfg.attn_logit_softcapping or 0.0
-        # q, k and v projections fused into one matmul (rows: q, then k, then v)
+        self.eps, self.value_norm = cfg.rms_norm_eps, cfg.value_norm
+        # q, k and v projections fused into one matmul (rows: q, then k, then v; a KV-shared layer has q only)
         self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, cfg.attention_bias, weight_dtype)
         self.o_proj = Linear(self.q_size, cfg.hidden_size, False, weight_dtype)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps) if cfg.qk_norm and self.kv_size else None
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, rope_tables: dict[str, torch.Tensor],
                 kv: KVContext) -> torch.Tensor:
@@ -121,28 +89,33 @@ class Attention(nn.Module):
         qkv = self.qkv_proj(x)  # [num_tokens, q_size + 2 * kv_size]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(num_tokens, self.num_heads, self.head_dim)
-        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q, None, kv), self.k_norm(k, None, kv)
+        k = k.view(num_tokens, self.kv_size // self.head_dim, self.head_dim)  # no heads where KV is shared
+        v = v.view(num_tokens, self.kv_size // self.head_dim, self.head_dim)
+        if self.q_norm is not None:
+            q = self.q_norm(q, None, kv)
+        if self.k_norm is not None:
+            k = self.k_norm(k, None, kv)
+        if self.value_norm:  # Gemma 4: v / rms(v), no weight
+            v = F.rms_norm(v.float(), (self.head_dim,), eps=self.eps).to(v.dtype)
         if self.rope_table is not None:  # a table of rotary_dim columns: partial rotary turns only those dims
             q, k = ops.rope(q, k, positions, rope_tables[self.rope_table], backend=kv.backend, cpu=kv.cpu)
-        out = kv.attend(self.layer_idx, q, k, v, self.window, self.softcap)  # [num_tokens, num_heads, head_dim]
+        stored = (k, v) if self.kv_size else (None, None)  # a KV-shared layer reads its source layer's K/V
+        out = kv.attend(self.kv_source, q, *stored, self.window, self.softcap)  # [num_tokens, num_heads, head_dim]
         return self.o_proj(out.reshape(num_tokens, self.q_size))
 
 
 class MLP(nn.Module):
     """down(act(gate(x)) * up(x)): SwiGLU with silu, GeGLU with tanh-approximated gelu (Gemma)."""
 
-    def __init__(self, cfg: ModelConfig, weight_dtype: torch.dtype | None) -> None:
+    def __init__(self, cfg: ModelConfig, layer_idx: int, weight_dtype: torch.dtype | None) -> None:
         super().__init__()
-        self.intermediate_size = cfg.intermediate_size
+        self.intermediate_size = cfg.intermediate_size_of(layer_idx)
         if cfg.hidden_act not in ACTIVATIONS:
             raise ValueError(f"MLP activation {cfg.hidden_act!r} is not supported ({', '.join(ACTIVATIONS)})")
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.swiglu = cfg.hidden_act == "silu"
-        self.gate_up_proj = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, False, weight_dtype)  # gate, up
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, False, weight_dtype)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * self.intermediate_size, False, weight_dtype)  # gate, up
+        self.down_proj = Linear(self.intermediate_size, cfg.hidden_size, False, weight_dtype)
 
     def forward(self, x: torch.Tensor, cpu: ModuleType | None = None) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
@@ -155,21 +128,28 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm block: x + attn(norm(x)), then x + mlp(norm(x)). With sandwich norms (Gemma 2/3) each
     block's output is normalized too before it joins the residual: post_attention_layernorm then names that
-    norm, and pre_feedforward_layernorm the one before the MLP (Hugging Face's names in both cases)."""
+    norm, and pre_feedforward_layernorm the one before the MLP (Hugging Face's names in both cases). Gemma 4
+    then adds the layer's per-layer input (core/model/per_layer.py) and scales the sum by `layer_scalar`."""
 
     def __init__(self, cfg: ModelConfig, layer_idx: int, weight_dtype: torch.dtype | None) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg, layer_idx, weight_dtype)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg, weight_dtype)
+        self.mlp = MLP(cfg, layer_idx, weight_dtype)
         self.sandwich = cfg.sandwich_norms
         if self.sandwich:
             self.pre_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
             self.post_feedforward_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.per_layer_input = cfg.per_layer_input_size > 0
+        if self.per_layer_input:
+            self.act = self.mlp.act
+            add_per_layer_input_gate(self, cfg, weight_dtype)
+        self.layer_scalar = nn.Parameter(torch.ones(1)) if cfg.layer_scalar else None
 
-    def forward(self, x, residual, positions, rope_tables, kv: KVContext):
-        """(block output, residual stream before it); the next norm adds the two (fused)."""
+    def forward(self, x, residual, positions, rope_tables, kv: KVContext, per_layer_input=None):
+        """(block output, residual stream before it); the next norm adds the two (fused). With a per-layer
+        input or scalar (Gemma 4): (the residual stream after the block, None)."""
         if residual is None:
             residual = x
             h = self.input_layernorm(x, None, kv)
@@ -181,7 +161,13 @@ class DecoderLayer(nn.Module):
             return self.mlp(h, kv.cpu), residual
         h = self.post_attention_layernorm(h, None, kv)
         h, residual = self.pre_feedforward_layernorm(h, residual, kv)
-        return self.post_feedforward_layernorm(self.mlp(h, kv.cpu), None, kv), residual
+        h = self.post_feedforward_layernorm(self.mlp(h, kv.cpu), None, kv)
+        if not self.per_layer_input and self.layer_scalar is None:
+            return h, residual
+        x = residual + h
+        if self.per_layer_input:
+            x = apply_per_layer_input(self, x, per_layer_input, kv)
+        return (x * self.layer_scalar if self.layer_scalar is not None else x), None
 
 
 class Transformer(nn.Module):
@@ -200,6 +186,8 @@ class Transformer(nn.Module):
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, weight_dtype, dtype)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, weight_dtype) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.per_layer_input_size:
+            add_per_layer_embeddings(self, cfg, weight_dtype, dtype)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(cfg.hidden_size, cfg.vocab_size, False, weight_dtype)
         for module in self.modules():  # norms and biases live in the activation dtype
             if isinstance(module, RMSNorm):
@@ -214,11 +202,12 @@ class Transformer(nn.Module):
         x = self.embed_tokens(input_ids)  # [num_tokens, hidden]
         if self.config.embedding_scale != 1.0:  # Gemma: rounded to the activation dtype, as Hugging Face does
             x = x * torch.tensor(self.config.embedding_scale, dtype=x.dtype)
+        per_layer = per_layer_inputs(self, input_ids, x, kv) if self.config.per_layer_input_size else None
         residual = None
-        for layer in self.layers:
-            x, residual = layer(x, residual, positions, self.rope_tables, kv)
-        x, _ = self.norm(x, residual, kv)
-        return x
+        for i, layer in enumerate(self.layers):
+            layer_input = per_layer[:, i] if per_layer is not None else None
+            x, residual = layer(x, residual, positions, self.rope_tables, kv, layer_input)
+        return self.norm(x, None, kv) if residual is None else self.norm(x, residual, kv)[0]
 
     @property
     def device(self) -> torch.device:

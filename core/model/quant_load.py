@@ -43,15 +43,24 @@ def build_quantized_model(cfg: ModelConfig, source, dtype: torch.dtype,
             target, index = _FUSED[m.group(2)]
             key = f"{m.group(1)}.{target}.{m.group(3)}"
             pending.setdefault(key, {})[index] = t
-            if len(pending[key]) == _NUM_PARTS[target]:
+            num_parts = _num_parts(model, m.group(1), target)
+            if len(pending[key]) == num_parts:
                 parts = pending.pop(key)
-                _place(model, key, [parts[i] for i in range(_NUM_PARTS[target])], ctx)
+                _place(model, key, [parts[i] for i in range(num_parts)], ctx)
         else:
             _place(model, name, [t], ctx)
     if pending:
         raise ModelLoadError(f"the checkpoint lacks part of {sorted(pending)[0]}")
     _finish(model, ctx, dtype)
     return model
+
+
+def _num_parts(model: Transformer, module: str, target: str) -> int:
+    """How many tensors the fused `target` of `module` (layers.N.self_attn / layers.N.mlp) is made of: q alone
+    in a layer that reads another layer's K/V (Gemma 4)."""
+    if target == "qkv_proj" and not model.get_submodule(module).kv_size:
+        return 1
+    return _NUM_PARTS[target]
 
 
 def _place(model: Transformer, name: str, parts: list[StoredTensor], ctx: QuantContext) -> None:

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from ..config import SLIDING_ATTENTION, ModelConfig
+from ..config import FULL_ATTENTION, SLIDING_ATTENTION, ModelConfig
 
 
 def default_inv_freq(dim: int, base: float) -> torch.Tensor:
@@ -77,6 +77,9 @@ def rope_table(dim: int, max_positions: int, base: float, scaling: dict | None,
         inv_freq = inv_freq / s["factor"]
     elif kind == "llama3":
         inv_freq = llama3_inv_freq(inv_freq, s)
+    elif kind == "proportional":  # Gemma 4: the first fraction of the pairs turn, the rest keep frequency 0
+        num_turned = int(s["partial_rotary_factor"] * dim // 2)
+        inv_freq = torch.cat([inv_freq[:num_turned], torch.zeros(dim // 2 - num_turned)]) / s.get("factor", 1.0)
     elif kind == "freq_factors":  # llama.cpp: theta_i = p * base^(-2i/d) / factor_i (GGUF rope_freqs)
         inv_freq = inv_freq / torch.tensor(s["factors"], dtype=torch.float32)
     elif kind == "yarn":
@@ -104,11 +107,17 @@ def rope_table(dim: int, max_positions: int, base: float, scaling: dict | None,
 
 def rope_tables(cfg: ModelConfig, max_positions: int | None = None) -> dict[str, torch.Tensor]:
     """Per layer type, the cos|sin table its layers use: sliding layers have their own base where the config
-    gives one (Gemma 3: local base, unscaled); every other RoPE layer the model's base and scaling."""
+    gives one (Gemma 3: local base, unscaled), and their own head size where it differs (Gemma 4); every other
+    RoPE layer the model's base and scaling."""
     n = max_positions or cfg.max_position_embeddings
-    full = rope_table(cfg.rotary_dim, n, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
-    tables = {"full_attention": full, SLIDING_ATTENTION: full}
+    dims = {kind: cfg.rotary_dim_of(cfg.layer_types.index(kind)) if kind in cfg.layer_types else cfg.rotary_dim
+            for kind in (FULL_ATTENTION, SLIDING_ATTENTION)}
+    full = rope_table(dims[FULL_ATTENTION], n, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
+    tables = {FULL_ATTENTION: full, SLIDING_ATTENTION: full}
     if cfg.rope_local_theta is not None:
-        tables[SLIDING_ATTENTION] = rope_table(cfg.rotary_dim, n, cfg.rope_local_theta, None,
+        tables[SLIDING_ATTENTION] = rope_table(dims[SLIDING_ATTENTION], n, cfg.rope_local_theta, None,
+                                               cfg.max_position_embeddings)
+    elif dims[SLIDING_ATTENTION] != dims[FULL_ATTENTION]:
+        tables[SLIDING_ATTENTION] = rope_table(dims[SLIDING_ATTENTION], n, cfg.rope_theta, cfg.rope_scaling,
                                                cfg.max_position_embeddings)
     return tables

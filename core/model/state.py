@@ -14,18 +14,22 @@ if TYPE_CHECKING:
     from .model import Transformer
 
 
+FUSED_PARTS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+
+
 @torch.no_grad()
 def load_state(model: "Transformer", state: Mapping[str, torch.Tensor]) -> None:
     """Copy every tensor of `state` into `model`; ValueError on a stray or missing one."""
     own = dict(model.named_parameters())
     seen: set[str] = set()
     cfg = model.config
-    q_size = cfg.num_attention_heads * cfg.head_dim
-    kv_size = cfg.num_key_value_heads * cfg.head_dim
-    fused = {
-        "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", q_size), "v_proj": ("qkv_proj", q_size + kv_size),
-        "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", cfg.intermediate_size),
-    }
+
+    def fused(layer: int, part: str) -> tuple[str, int]:
+        """The fused parameter a q/k/v or gate/up tensor of `layer` goes into, and its first row there."""
+        q_size = cfg.num_attention_heads * cfg.head_dim_of(layer)
+        kv_size = cfg.num_key_value_heads * cfg.head_dim_of(layer)
+        return {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", q_size), "v_proj": ("qkv_proj", q_size + kv_size),
+                "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", cfg.intermediate_size_of(layer))}[part]
 
     def put(name: str, tensor: torch.Tensor, row_offset: int = 0) -> None:
         param = own[name]
@@ -38,8 +42,8 @@ def load_state(model: "Transformer", state: Mapping[str, torch.Tensor]) -> None:
         tensor = state[hf_name]
         name = hf_name.removeprefix("model.")
         parts = name.split(".")
-        if len(parts) >= 4 and parts[-2] in fused:
-            target, offset = fused[parts[-2]]
+        if len(parts) >= 4 and parts[-2] in FUSED_PARTS:
+            target, offset = fused(int(parts[1]), parts[-2])
             put(".".join([*parts[:-2], target, parts[-1]]), tensor, offset)
         elif name in own:
             put(name, tensor)

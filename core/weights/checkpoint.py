@@ -48,6 +48,9 @@ def check_config_bounds(values: dict[str, object], where: str) -> None:
     """Raise ModelLoadError unless every shape number is an int in its bound (checked before anything is sized)."""
     for name in _BOUNDS:
         check_count(name, values.get(name), where)
+    for name, like in (("global_head_dim", "head_dim"), ("per_layer_input_size", "hidden_size")):
+        if values.get(name):  # optional (Gemma 4): within the bound of the number it stands beside
+            check_count(like, values[name], where)
     heads, kv_heads = values["num_attention_heads"], values["num_key_value_heads"]
     if heads % kv_heads:  # type: ignore[operator]
         raise ModelLoadError(f"{where} has {heads} heads, not a multiple of its {kv_heads} KV heads")
@@ -65,12 +68,14 @@ def check_config_bounds(values: dict[str, object], where: str) -> None:
 
 def expected_tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor a checkpoint with this config must hold (Hugging Face names), with its shape."""
-    h, f, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-    q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    h, vocab = config.hidden_size, config.vocab_size
     fused = config.architecture == "Phi3ForCausalLM"  # ships q/k/v and gate/up as one tensor each
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, h)}
     for i in range(config.num_hidden_layers):
         p = f"model.layers.{i}."
+        head_dim, f = config.head_dim_of(i), config.intermediate_size_of(i)
+        q = config.num_attention_heads * head_dim
+        kv = config.num_key_value_heads * head_dim if config.kv_source_of(i) == i else 0  # 0: KV-shared layer
         shapes |= {
             p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
             p + "self_attn.o_proj.weight": (h, q), p + "mlp.down_proj.weight": (h, f),
@@ -78,19 +83,28 @@ def expected_tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
         if fused:
             shapes |= {p + "self_attn.qkv_proj.weight": (q + 2 * kv, h), p + "mlp.gate_up_proj.weight": (2 * f, h)}
         else:
-            shapes |= {
-                p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-                p + "self_attn.v_proj.weight": (kv, h), p + "mlp.gate_proj.weight": (f, h),
-                p + "mlp.up_proj.weight": (f, h),
-            }
+            shapes |= {p + "self_attn.q_proj.weight": (q, h), p + "mlp.gate_proj.weight": (f, h),
+                       p + "mlp.up_proj.weight": (f, h)}
+            if kv:
+                shapes |= {p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.v_proj.weight": (kv, h)}
         if config.attention_bias:
             shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                        p + "self_attn.v_proj.bias": (kv,)}
         if config.qk_norm:
-            shapes |= {p + "self_attn.q_norm.weight": (config.head_dim,),
-                       p + "self_attn.k_norm.weight": (config.head_dim,)}
+            shapes[p + "self_attn.q_norm.weight"] = (head_dim,)
+            if kv:
+                shapes[p + "self_attn.k_norm.weight"] = (head_dim,)
         if config.sandwich_norms:
             shapes |= {p + "pre_feedforward_layernorm.weight": (h,), p + "post_feedforward_layernorm.weight": (h,)}
+        if config.layer_scalar:
+            shapes[p + "layer_scalar"] = (1,)
+        if (ple := config.per_layer_input_size):
+            shapes |= {p + "per_layer_input_gate.weight": (ple, h), p + "per_layer_projection.weight": (h, ple),
+                       p + "post_per_layer_input_norm.weight": (h,)}
+    if (ple := config.per_layer_input_size):
+        size = config.num_hidden_layers * ple
+        shapes |= {"model.embed_tokens_per_layer.weight": (vocab, size),
+                   "model.per_layer_model_projection.weight": (size, h), "model.per_layer_projection_norm.weight": (ple,)}
     shapes["model.norm.weight"] = (h,)
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (vocab, h)

@@ -22,7 +22,14 @@ _GEMMA_LAYER = _COMMON_LAYER | {
     "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
-_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_GEMMA4_LAYER = _GEMMA_LAYER | {
+    "inp_gate": "per_layer_input_gate", "proj": "per_layer_projection", "post_norm": "post_per_layer_input_norm",
+    "layer_output_scale": "layer_scalar",  # a bare Hugging Face name: no .weight
+}
+_BARE = ("layer_scalar",)
+_TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+        "per_layer_token_embd": "model.embed_tokens_per_layer", "per_layer_model_proj": "model.per_layer_model_projection",
+        "per_layer_proj_norm": "model.per_layer_projection_norm"}
 # tensors that carry RoPE parameters, not weights (read into the config by gguf_config.py)
 ROPE_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
@@ -43,6 +50,7 @@ ARCHES = {a.name: a for a in (
     GGUFArch("phi3", "Phi3ForCausalLM", _COMMON_LAYER | {"ffn_up": "mlp.gate_up_proj"}),  # gate and up fused
     GGUFArch("gemma2", "Gemma2ForCausalLM", _GEMMA_LAYER, norm_shift=1.0),
     GGUFArch("gemma3", "Gemma3ForCausalLM", _GEMMA_LAYER, norm_shift=1.0),
+    GGUFArch("gemma4", "Gemma4ForCausalLM", _GEMMA4_LAYER),  # norms stored as Hugging Face holds them
     GGUFArch("smollm3", "SmolLM3ForCausalLM", rope_permuted=True),
 )}
 
@@ -63,7 +71,8 @@ def hf_name(arch: GGUFArch, gguf_name: str, where: str) -> str | None:
         if base in _TOP:
             return f"{_TOP[base]}.{kind}"
         if (m := re.fullmatch(r"blk\.(\d+)\.(\w+)", base)) and m.group(2) in arch.layer_names:
-            return f"model.layers.{m.group(1)}.{arch.layer_names[m.group(2)]}.{kind}"
+            name = arch.layer_names[m.group(2)]
+            return f"model.layers.{m.group(1)}.{name}" + ("" if name in _BARE else f".{kind}")
     raise ModelLoadError(f"unsupported tensor {gguf_name!r} in {where}: not part of a {arch.name} model "
                          "as llmchat knows it")
 

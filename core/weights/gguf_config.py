@@ -73,6 +73,38 @@ def _rope_scaling(reader: Any, a: str, head_dim: int, rotary_dim: int) -> dict |
     raise ModelLoadError(f"RoPE scaling {kind!r} in the GGUF is not supported (llmchat reads linear and yarn)")
 
 
+def _gemma4(reader: Any, path: Path, values: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 4's metadata (convert_hf_to_gguf.py's Gemma4Model): per-type head sizes and RoPE, the sliding
+    pattern, KV sharing, per-layer embeddings, per-layer MLP widths. Fixes `values` (the shape) in place and
+    returns ModelConfig's Gemma 4 options; one line for what llmchat does not run."""
+    def get(key: str, default: Any = None) -> Any:
+        return gguf_value(reader, f"gemma4.{key}", default)
+
+    if get("expert_count") or isinstance(kv := values["num_key_value_heads"], list) and len(set(kv)) > 1:
+        raise ModelLoadError(f"{path} is a Gemma 4 with mixture-of-experts layers or per-layer KV head counts "
+                             ": llmchat runs the dense Gemma 4 models (E2B, E4B)")
+    if isinstance(kv, list):
+        values["num_key_value_heads"] = _int(kv[0])
+    widths = values["intermediate_size"]
+    values["intermediate_size"] = _int(min(widths)) if isinstance(widths, list) else widths
+    pattern = get("attention.sliding_window_pattern")
+    if not isinstance(pattern, list) or len(pattern) != values["num_hidden_layers"]:
+        raise ModelLoadError(f"{path} lacks gemma4.attention.sliding_window_pattern for each of its layers")
+    global_head_dim = check_count("head_dim", values["head_dim"], str(path))  # key_length: the full layers'
+    values["head_dim"] = _int(get("attention.key_length_swa", global_head_dim))
+    return dict(
+        layer_types=tuple(SLIDING_ATTENTION if swa else FULL_ATTENTION for swa in pattern),
+        global_head_dim=global_head_dim if global_head_dim != values["head_dim"] else None,
+        num_kv_shared_layers=_int(get("attention.shared_kv_layers", 0)), value_norm=True,
+        double_wide_mlp=isinstance(widths, list) and len(set(widths)) > 1,
+        per_layer_input_size=_int(get("embedding_length_per_layer_input", 0)), layer_scalar=True,
+        rope_local_theta=_f32(get("rope.freq_base_swa", 10000.0)),
+        partial_rotary_factor=int(get("rope.dimension_count_swa", values["head_dim"])) / values["head_dim"],
+        qk_norm=True, norm_weight_offset=0.0, query_pre_attn_scalar=1.0, attn_logit_softcapping=None,
+        widths=widths,
+    )
+
+
 def config_from_gguf(reader: Any, arch: GGUFArch, path: Path, tied: bool) -> ModelConfig:
     a = arch.name
 
@@ -96,6 +128,8 @@ def config_from_gguf(reader: Any, arch: GGUFArch, path: Path, tied: bool) -> Mod
         check_count(name, values[name], str(path))
     head_dim = values["head_dim"] = _int(gguf_value(reader, f"{a}.attention.key_length",
                                                     values["hidden_size"] // values["num_attention_heads"]))
+    gemma4 = _gemma4(reader, path, values) if a == "gemma4" else {}
+    widths = gemma4.pop("widths", None)
     bos, eos = gguf_value(reader, "tokenizer.ggml.bos_token_id"), [
         gguf_value(reader, f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
     window = _int(gguf_value(reader, f"{a}.attention.sliding_window"))
@@ -112,11 +146,11 @@ def config_from_gguf(reader: Any, arch: GGUFArch, path: Path, tied: bool) -> Mod
     except (TypeError, ValueError) as e:  # e.g. a string where a number belongs
         raise ModelLoadError(f"{path} has {a} metadata llmchat cannot use ({e})") from e
     check_config_bounds(values, str(path))  # e.g. per-layer head counts (a list) where one number belongs
-    gemma = a in ("gemma2", "gemma3")
+    gemma = a in ("gemma2", "gemma3", "gemma4")
     big_gemma = gemma and values["num_hidden_layers"] in (46, 62)  # 27B: llama.cpp scales by hidden / heads
     softcaps = {k: _f32(v) if (v := gguf_value(reader, f"{a}.{k}")) is not None else None
                 for k in ("attn_logit_softcapping", "final_logit_softcapping")}
-    return ModelConfig(
+    options = dict(
         architecture=arch.hf_architecture, tie_word_embeddings=tied, **values,
         layer_types=layer_types,
         sliding_window=window if SLIDING_ATTENTION in layer_types else None,
@@ -134,3 +168,7 @@ def config_from_gguf(reader: Any, arch: GGUFArch, path: Path, tied: bool) -> Mod
         attn_logit_softcapping=softcaps["attn_logit_softcapping"] if gemma else None,
         final_logit_softcapping=softcaps["final_logit_softcapping"] if gemma else None,
     )
+    config = ModelConfig(**(options | gemma4))
+    if isinstance(widths, list) and [config.intermediate_size_of(i) for i in range(len(widths))] != widths:
+        raise ModelLoadError(f"{path} has MLP widths {widths} that llmchat's Gemma 4 does not run")
+    return config
