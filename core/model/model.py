@@ -194,6 +194,8 @@ class Transformer(nn.Module):
                 module.weight.data = module.weight.data.to(dtype)
             elif isinstance(module, Linear) and module.bias is not None:
                 module.bias.data = module.bias.data.to(dtype)
+            elif isinstance(module, DecoderLayer) and module.layer_scalar is not None:
+                module.layer_scalar.data = module.layer_scalar.data.to(dtype)
         self.tied_head_packed: torch.Tensor | None = None
         self.rope_tables: dict[str, torch.Tensor] = {}  # set by build_model: per layer type, fp32 cos|sin
         self.cpu_kernels: ModuleType | None = None  # the C++ kernels of kernels/csrc/ (set by the loader on CPU)
@@ -218,6 +220,8 @@ class Transformer(nn.Module):
         the embedding table is only gathered from, so a tied head counts once as the head)."""
         total = 0
         for module in self.modules():
+            if module is getattr(self, "embed_tokens_per_layer", None):  # Gemma 4's PLE table: only gathered from
+                continue
             if isinstance(module, (QuantLinear, QuantEmbedding)):  # the tied head reads the table once
                 total += module.nbytes
             elif isinstance(module, Linear):

@@ -81,7 +81,7 @@ def _gemma4(reader: Any, path: Path, values: dict[str, Any]) -> dict[str, Any]:
         return gguf_value(reader, f"gemma4.{key}", default)
 
     if get("expert_count") or isinstance(kv := values["num_key_value_heads"], list) and len(set(kv)) > 1:
-        raise ModelLoadError(f"{path} is a Gemma 4 with mixture-of-experts layers or per-layer KV head counts "
+        raise ModelLoadError(f"{path} is a Gemma 4 with mixture-of-experts layers or per-layer KV head counts"
                              ": llmchat runs the dense Gemma 4 models (E2B, E4B)")
     if isinstance(kv, list):
         values["num_key_value_heads"] = _int(kv[0])

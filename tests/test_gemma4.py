@@ -1,6 +1,7 @@
-"""Gemma 4 as the Hub ships it: a multimodal wrapper (Gemma4ForConditionalGeneration) whose config.json keeps the
-text model's config under text_config and whose weights keep it under model.language_model.*, beside vision and
-audio towers. llmchat runs the text model of such a folder, with the logits transformers' text model gives."""
+"""Gemma 4 beyond tests/test_architectures.py: as the Hub ships it, a multimodal wrapper
+(Gemma4ForConditionalGeneration) whose config.json keeps the text model's config under text_config and whose
+weights keep it under model.language_model.*, beside vision and audio towers: llmchat runs the text model of such a
+folder, with the logits transformers' text model gives. And a GGUF of a variant llmchat does not run is one line."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,8 @@ from safetensors.torch import load_file, save_file
 from arch_cases import CASES, hf_model, save_folder
 from llmchat.core.model.dense import DenseKV
 from llmchat.core.model.loader import load_model
+from llmchat.core.weights.errors import ModelLoadError
+from llmchat.core.weights.tensor_source import GGUFSource
 
 pytest.importorskip("transformers")
 
@@ -38,3 +41,24 @@ def test_the_text_model_of_a_wrapped_gemma4_folder_runs(tmp_path, default_model_
         hidden = loaded.model(torch.tensor(PROMPT), torch.arange(len(PROMPT)), DenseKV(loaded.model, len(PROMPT)))
         got = loaded.model.compute_logits(hidden)
     assert (got - expected).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("extra", [{"expert_count": 128}, {"attention.head_count_kv": [8, 8, 8, 8, 8, 2]}])
+def test_a_gemma4_gguf_with_experts_or_per_layer_kv_heads_is_refused_in_one_line(tmp_path, extra):
+    import gguf
+
+    path = tmp_path / "moe.gguf"
+    w = gguf.GGUFWriter(str(path), "gemma4")
+    for key, value in {"block_count": 6, "embedding_length": 64, "feed_forward_length": 96, "vocab_size": 100,
+                       "attention.head_count": 8, "attention.head_count_kv": 8, **extra}.items():
+        if isinstance(value, list):
+            w.add_array(f"gemma4.{key}", value)
+        else:
+            w.add_uint32(f"gemma4.{key}", value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    with pytest.raises(ModelLoadError, match="mixture-of-experts layers or per-layer KV head counts: llmchat runs the "
+                                             "dense Gemma 4 models") as e:
+        GGUFSource(path)
+    assert "\n" not in str(e.value)
