@@ -155,3 +155,29 @@ def test_engine_replies_equal_with_and_without_the_stack(default_gguf, monkeypat
     without, unused = replies()
     assert used and not unused
     assert with_stack == without
+
+
+def test_a_short_multi_token_step_gives_each_token_its_decode_bits(cpu_kernels):
+    """A speculative verify step (several new tokens of one sequence) attends token by token with the decode
+    kernel, so each row equals the decode step of that token alone: greedy replies keep speculation's promise."""
+    cfg = dataclasses.replace(BASE, **OPTIONS["qwen3-qk-norm"])
+    model = _model(cfg, cpu_kernels, seed=5)
+    stack = build_decode_stack(model)
+    bs, table, prompt, new = 16, [2, 6, 4], list(range(30, 51)), [7, 300, 19]
+    caches = [PagedKVCache(cfg, bs, 8 * cfg.kv_bytes_per_token(4) * bs, torch.float32, "cpu") for _ in range(2)]
+    for cache in caches:
+        for t in cache.k + cache.v:
+            t.zero_()
+        _prefill(model, cache, [prompt], [table])
+    n, k = len(prompt), len(new)
+    slots = torch.tensor([table[p // bs] * bs + p % bs for p in range(n, n + k)])
+    tables = torch.tensor([table], dtype=torch.int32)
+    verify = AttentionMetadata(slots, tables, torch.tensor([n + k], dtype=torch.int32),
+                               torch.tensor([0, k], dtype=torch.int32), is_decode=False)
+    with torch.inference_mode():
+        together = model(torch.tensor(new), torch.arange(n, n + k),
+                         PagedKV(caches[0], verify, cfg.attention_scale, "torch", cpu_kernels))
+        one_by_one = [stack.forward(model.embed_tokens(torch.tensor([t])), torch.tensor([n + j]), slots[j : j + 1],
+                                    tables, torch.tensor([n + j + 1], dtype=torch.int32), caches[1].k, caches[1].v)
+                      for j, t in enumerate(new)]
+    assert torch.equal(together, torch.cat(one_by_one))

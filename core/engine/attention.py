@@ -9,6 +9,12 @@ import torch
 from .kv_cache import PagedKVCache
 from ...kernels import ops
 
+# A step of at most this many new tokens on the C++ CPU kernels attends token by token with the decode kernel
+# (each token a query over its own context): a speculative verify step, or a short prompt tail, then gets the bits
+# a decode step would give those tokens, so speculation keeps greedy replies identical. Longer prefills use the
+# batched prefill attention (the per-token kernel does not reuse K/V rows across queries).
+PER_TOKEN_MAX_TOKENS = 32
+
 
 @dataclass(slots=True)
 class AttentionMetadata:
@@ -31,6 +37,19 @@ class PagedKV:
         self.scale = scale
         self.backend = backend  # resolved ("torch" or "triton"): the model's norms and RoPE use it too
         self.cpu = cpu  # the C++ CPU kernels (None: the torch references), for the small ops too
+        self._per_token: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def per_token(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each new token as a sequence of its own: (block tables `[num_tokens, max_blocks]` int32, context
+        lengths `[num_tokens]` int32, its own position included); computed once per step."""
+        if self._per_token is None:
+            m = self.meta
+            q_lens = (m.cu_seqlens_q[1:] - m.cu_seqlens_q[:-1]).long()
+            seq_of = torch.repeat_interleave(torch.arange(len(q_lens), device=q_lens.device), q_lens)
+            tokens = torch.arange(len(seq_of), device=q_lens.device)
+            lens = m.seq_lens[seq_of] - (m.cu_seqlens_q[1:][seq_of] - tokens) + 1
+            self._per_token = (m.block_tables[seq_of].contiguous(), lens.to(torch.int32).contiguous())
+        return self._per_token
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
                window: int = 0, softcap: float = 0.0) -> torch.Tensor:
@@ -43,6 +62,10 @@ class PagedKV:
                 q, k_cache, v_cache, m.block_tables, m.seq_lens, self.scale, backend=self.backend, window=window,
                 softcap=softcap, cpu=self.cpu,
             )
+        if self.cpu is not None and self.backend == "torch" and q.shape[0] <= PER_TOKEN_MAX_TOKENS:
+            tables, lens = self.per_token()
+            return ops.paged_decode_attention(q, k_cache, v_cache, tables, lens, self.scale, backend=self.backend,
+                                              window=window, softcap=softcap, cpu=self.cpu)
         return ops.paged_prefill_attention(
             q, k_cache, v_cache, m.block_tables, m.cu_seqlens_q, m.seq_lens, self.scale, backend=self.backend,
             window=window, softcap=softcap,
