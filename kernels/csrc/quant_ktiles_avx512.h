@@ -26,7 +26,8 @@ constexpr int kKTileRows = 3;  // activation rows per pass over a tile: 12 accum
 // arithmetic per product (dpbusd, convert, scale product, FMA per 64 weights and row); the tile saves only the
 // re-reads of the activations. One Llama-3.2-1B-shape Q4_K_M layer (kernels/quant_bench.py --synthetic), AMD EPYC
 // with AVX-512 VNNI, 2 threads, tiles / row by row: 8 rows 6.14 / 6.09 ms, 256 rows 189.8 / 177.6, 512 rows
-// 386.6 / 411.6 (a busier run: 128 rows 236.8 / 209.8, 512 rows 786.1 / 839.3).
+// 386.6 / 411.6 (a later run: 512 rows 454.7 / 445.2; a busier one: 128 rows 236.8 / 209.8, 512 rows 786.1 /
+// 839.3): at 512 rows level to 6% faster, below it slower.
 constexpr int kKTileMinRows = 512;
 constexpr int64_t kKChunkBytes = 1 << 19;  // activation bytes (int8 + expanded scales) per chunk of rows
 
