@@ -173,7 +173,7 @@ def test_a_short_multi_token_step_gives_each_token_its_decode_bits(cpu_kernels):
     slots = torch.tensor([table[p // bs] * bs + p % bs for p in range(n, n + k)])
     tables = torch.tensor([table], dtype=torch.int32)
     verify = AttentionMetadata(slots, tables, torch.tensor([n + k], dtype=torch.int32),
-                               torch.tensor([0, k], dtype=torch.int32), is_decode=False)
+                               torch.tensor([0, k], dtype=torch.int32), is_decode=False, is_verify=True)
     with torch.inference_mode():
         together = model(torch.tensor(new), torch.arange(n, n + k),
                          PagedKV(caches[0], verify, cfg.attention_scale, "torch", cpu_kernels))

@@ -9,11 +9,12 @@ import torch
 from .kv_cache import PagedKVCache
 from ...kernels import ops
 
-# A step of at most this many new tokens on the C++ CPU kernels attends token by token with the decode kernel
-# (each token a query over its own context): a speculative verify step, or a short prompt tail, then gets the bits
-# a decode step would give those tokens, so speculation keeps greedy replies identical. Longer prefills use the
-# batched prefill attention (the per-token kernel does not reuse K/V rows across queries).
-PER_TOKEN_MAX_TOKENS = 32
+# A speculative verify step (drafted tokens scheduled) of at most this many new tokens, on the C++ CPU kernels,
+# attends token by token with the decode kernel (each token a query over its own context): its rows then get the
+# bits decode steps would give them, so speculation keeps greedy replies identical. Prompt chunks keep the
+# batched prefill attention whatever their size, so a prompt's K/V is the same whole or as a tail after a cache
+# hit (and the per-token kernel would not reuse K/V rows across a long prompt's queries).
+PER_TOKEN_MAX_TOKENS = 64
 
 
 @dataclass(slots=True)
@@ -25,6 +26,7 @@ class AttentionMetadata:
     seq_lens: torch.Tensor  # [num_seqs] int32: context length after this step
     cu_seqlens_q: torch.Tensor  # [num_seqs + 1] int32: offsets of each sequence's new tokens
     is_decode: bool  # every sequence has exactly one new token
+    is_verify: bool = False  # some sequence's drafted tokens are scheduled (speculative decoding)
 
 
 class PagedKV:
@@ -62,7 +64,7 @@ class PagedKV:
                 q, k_cache, v_cache, m.block_tables, m.seq_lens, self.scale, backend=self.backend, window=window,
                 softcap=softcap, cpu=self.cpu,
             )
-        if self.cpu is not None and self.backend == "torch" and q.shape[0] <= PER_TOKEN_MAX_TOKENS:
+        if m.is_verify and self.cpu is not None and self.backend == "torch" and q.shape[0] <= PER_TOKEN_MAX_TOKENS:
             tables, lens = self.per_token()
             return ops.paged_decode_attention(q, k_cache, v_cache, tables, lens, self.scale, backend=self.backend,
                                               window=window, softcap=softcap, cpu=self.cpu)

@@ -62,6 +62,7 @@ class ModelRunner:
             seq_lens=tensor(seq_lens, torch.int32),
             cu_seqlens_q=tensor(cu_seqlens_q, torch.int32),
             is_decode=batch.is_decode,
+            is_verify=any(n > 1 for _, n in spans),
         )
         return tensor(input_ids, torch.int64), tensor(positions, torch.int64), meta, spans
 

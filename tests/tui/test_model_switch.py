@@ -4,7 +4,9 @@ their ids, a chat of another model is marked, and its next turn reuses nothing a
 tokens, with the disk tier on); a model that fails to load is one line and the one before is loaded again."""
 from __future__ import annotations
 
+
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -161,6 +163,12 @@ async def test_the_picker_lists_other_stores_with_memory_needed_and_marks_what_w
 
     monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    # a cache dir whose converted/ is empty: the models other tests converted would push the entry off the screen
+    cache = tmp_path / "cache"
+    (cache / "converted").mkdir(parents=True)
+    for name in ("models", "kernels"):
+        (cache / name).symlink_to(Path(os.environ["LLMCHAT_CACHE_DIR"]) / name, target_is_directory=True)
+    monkeypatch.setenv("LLMCHAT_CACHE_DIR", str(cache))
     ollama_store(tmp_path / "ollama", "tiny", "1b", write_tiny_gguf(tmp_path / "t.gguf", file_type=7))
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:
