@@ -4,7 +4,6 @@ their ids, a chat of another model is marked, and its next turn reuses nothing a
 tokens, with the disk tier on); a model that fails to load is one line and the one before is loaded again."""
 from __future__ import annotations
 
-
 import json
 import os
 from pathlib import Path
