@@ -34,6 +34,16 @@ inline float hsum8(__m256 v) {
 
 // Q4_K: d, dmin, 12 scale bytes (eight 6-bit scales and mins), qs[128]: 32 bytes hold group 2c in their low
 // nibbles and group 2c + 1 in their high nibbles, so one broadcast load shifted by 0 | 4 is two groups.
+// A Q4_K block's 8 group scales (d * scale) and negated mins (-dmin * min), as fp32 lanes.
+inline void q4k_block_scales(const uint8_t* w, __m256* scales, __m256* neg_mins) {
+  int sc[8], mn[8];
+  k_scales(w + 4, sc, mn);
+  *scales = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc))),
+                          _mm256_set1_ps(fp16_to_float(w)));
+  *neg_mins = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn))),
+                            _mm256_set1_ps(-fp16_to_float(w + 2)));
+}
+
 template <int MT>
 inline void dot_rows_q4k(const uint8_t* w, int num_blocks, const ActRow* act, float* y, int64_t y_stride) {
   __m512 acc[MT];
@@ -42,12 +52,8 @@ inline void dot_rows_q4k(const uint8_t* w, int num_blocks, const ActRow* act, fl
   const __m512i nibble_shift = split_shift(0, 4), low4 = _mm512_set1_epi8(15);
   const __m512i idx[4] = {lane_index(0, 8), lane_index(2, 8), lane_index(4, 8), lane_index(6, 8)};
   for (int b = 0; b < num_blocks; ++b, w += 144) {
-    int sc[8], mn[8];
-    k_scales(w + 4, sc, mn);
-    const __m256 scv = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc))),
-                                     _mm256_set1_ps(fp16_to_float(w)));
-    const __m256 mnv = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn))),
-                                     _mm256_set1_ps(-fp16_to_float(w + 2)));
+    __m256 scv, mnv;
+    q4k_block_scales(w, &scv, &mnv);
     __m512 comb[MT];  // lanes 0..7: group g's weight scale times the activation's
     for (int m = 0; m < MT; ++m) {
       comb[m] = _mm512_castps256_ps512(_mm256_mul_ps(scv, _mm256_loadu_ps(act[m].d + 8 * b)));

@@ -63,13 +63,8 @@ inline void unpack_krow(const uint8_t* w, int num_blocks, int c, KTile& t) {
     const __m512i nibble_shift = split_shift(0, 4), low4 = _mm512_set1_epi8(15);
     const __m512i idx[4] = {lane_index(0, 8), lane_index(2, 8), lane_index(4, 8), lane_index(6, 8)};
     for (int b = 0; b < num_blocks; ++b, w += 144) {
-      int sc[8], mn[8];
-      k_scales(w + 4, sc, mn);
-      const __m256 scv = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc))),
-                                       _mm256_set1_ps(fp16_to_float(w)));
-      t.mins[b * NT + c].v = _mm256_mul_ps(
-          _mm256_cvtepi32_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(mn))),
-          _mm256_set1_ps(-fp16_to_float(w + 2)));
+      __m256 scv;
+      q4k_block_scales(w, &scv, &t.mins[b * NT + c].v);
       for (int k = 0; k < 4; ++k) {
         const int s = 4 * b + k;
         t.w[s * NT + c].v = _mm512_and_si512(_mm512_srlv_epi16(broadcast32(w + 16 + 32 * k), nibble_shift), low4);
